@@ -1,0 +1,27 @@
+"""cuda_library: compiles .cu files with nvcc (sm_90 SASS + compute_90 PTX) into a
+static archive wrapped by a cc_library. Only used when @local_cuda found nvcc."""
+
+load("@local_cuda//:defs.bzl", "NVCC")
+
+def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs + native.glob(["**/*.h", "**/*.cuh"]),
+            outs = [obj],
+            cmd = ("%s -c -std=c++17 -O3 -Xcompiler -fPIC " % NVCC) +
+                  "-gencode=arch=compute_90,code=sm_90 " +
+                  "-gencode=arch=compute_90,code=compute_90 " +
+                  "-I. -I$(GENDIR) $(location %s) -o $@" % src,
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        linkstatic = True,
+        **kwargs
+    )
