@@ -9,7 +9,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs + native.glob(["**/*.h", "**/*.cuh"]),
+            srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"]) if h not in hdrs] + hdrs,
             outs = [obj],
             cmd = ("%s -c -std=c++17 -O3 -Xcompiler -fPIC " % NVCC) +
                   "-gencode=arch=compute_90,code=sm_90 " +

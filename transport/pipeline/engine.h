@@ -1,0 +1,101 @@
+// The data-plane engine: turns "send this byte stream to that peer" and
+// "receive that transfer into these segments" into chunks on a Transport.
+//
+// One thread owns the Transport and every job. Other threads only post
+// commands (Start*, Cancel) and read counters. Per transfer:
+//   sender:   gather chunk k into a staging slot + kvsum64 -> header -> send;
+//             up to `window` chunks in flight.
+//   receiver: up to `window` receives posted into staging slots; on arrival:
+//             parse + validate header -> verify kvsum64 -> scatter into the
+//             destination. Unverified bytes never reach the destination.
+// Staging memory is allocated once (bounded by `staging_bytes` per direction);
+// a job that finds no free slot waits for one. Every job ends exactly once, with
+// its `done` callback on the engine thread: OK, or the reason it failed
+// (DEADLINE_EXCEEDED past its deadline, CANCELLED on Cancel or shutdown).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/pipeline/segments.h"
+#include "transport/transport.h"
+
+namespace kvferry::pipeline {
+
+// Progress of one job, written by the engine thread, read by anyone.
+struct TransferCounters {
+  std::atomic<uint64_t> bytes_done{0};
+  std::atomic<uint32_t> chunks_done{0};
+  std::atomic<uint32_t> chunks_total{0};
+};
+
+using DoneCallback = std::function<void(absl::Status)>;
+
+struct SendSpec {
+  uint64_t transfer_id = 0;        // message tag; non-zero
+  std::string peer_address;        // receiver's transport address
+  SegmentList source;
+  uint64_t chunk_bytes = 0;        // <= this engine's chunk_bytes
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<TransferCounters> counters;  // optional
+  DoneCallback done;
+};
+
+struct RecvSpec {
+  uint64_t transfer_id = 0;
+  SegmentList destination;
+  uint64_t chunk_bytes = 0;        // <= this engine's chunk_bytes
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<TransferCounters> counters;
+  DoneCallback done;
+};
+
+struct EngineOptions {
+  uint64_t chunk_bytes = 4ull << 20;     // largest chunk payload
+  uint64_t staging_bytes = 128ull << 20;  // per direction (send, receive)
+  uint32_t window = 8;                    // chunks in flight per transfer
+};
+
+struct EngineStats {
+  uint32_t send_slots = 0, send_slots_free = 0;
+  uint32_t recv_slots = 0, recv_slots_free = 0;
+  uint32_t active_sends = 0, active_recvs = 0;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t staging_bytes_allocated = 0;
+};
+
+enum class Direction { kSend, kRecv };
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      std::unique_ptr<transport::Transport> transport, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  std::string address() const;
+  const transport::Capabilities& capabilities() const;
+  const EngineOptions& options() const;
+
+  // Validates and queues a job; errors are returned here, not through `done`.
+  absl::Status StartSend(SendSpec spec);
+  absl::Status StartRecv(RecvSpec spec);
+  // Ends the job with `reason` (no-op if it is unknown or already ended).
+  void Cancel(Direction dir, uint64_t transfer_id, absl::Status reason);
+
+  EngineStats stats() const;
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvferry::pipeline
