@@ -123,7 +123,9 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
-  ~Impl() {
+  ~Impl() { Shutdown(); }
+
+  void Shutdown() {
     {
       absl::MutexLock l(&mu_);
       stop_ = true;
@@ -486,5 +488,6 @@ void Engine::Cancel(Direction dir, uint64_t transfer_id, absl::Status reason) {
 }
 
 EngineStats Engine::stats() const { return impl_->stats(); }
+void Engine::Shutdown() { impl_->Shutdown(); }
 
 }  // namespace kvferry::pipeline

@@ -92,6 +92,10 @@ class Engine {
 
   EngineStats stats() const;
 
+  // Ends every job (CANCELLED: "daemon shutting down"), waits for their
+  // callbacks and stops the engine thread; later Start* calls fail. Idempotent.
+  void Shutdown();
+
  private:
   class Impl;
   explicit Engine(std::unique_ptr<Impl> impl);

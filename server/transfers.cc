@@ -1,0 +1,158 @@
+#include "server/transfers.h"
+
+#include <sys/random.h>
+
+#include <vector>
+
+#include "absl/strings/str_format.h"
+
+namespace kvferry::server {
+
+bool IsTerminal(v1::TransferState s) {
+  return s == v1::TRANSFER_STATE_DONE || s == v1::TRANSFER_STATE_FAILED || s == v1::TRANSFER_STATE_CANCELLED ||
+         s == v1::TRANSFER_STATE_EXPIRED;
+}
+
+namespace {
+uint64_t RandomId() {
+  uint64_t v = 0;
+  while (v == 0) {
+    if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
+  }
+  return v;
+}
+}  // namespace
+
+std::shared_ptr<TransferTable::Record> TransferTable::Create(std::shared_ptr<Pool> pool, std::string peer,
+                                                             uint64_t total_bytes) {
+  auto r = std::make_shared<Record>();
+  r->pool = std::move(pool);
+  r->peer = std::move(peer);
+  r->total_bytes = total_bytes;
+  r->started = absl::Now();
+  absl::MutexLock l(&mu_);
+  do {
+    r->id = RandomId();
+  } while (records_.contains(r->id));
+  records_[r->id] = r;
+  return r;
+}
+
+void TransferTable::SetRunning(uint64_t id) {
+  absl::MutexLock l(&mu_);
+  auto it = records_.find(id);
+  if (it != records_.end() && it->second->state == v1::TRANSFER_STATE_PENDING) {
+    it->second->state = v1::TRANSFER_STATE_RUNNING;
+  }
+}
+
+void TransferTable::SetCancelPeer(uint64_t id, std::function<void()> fn) {
+  absl::MutexLock l(&mu_);
+  auto it = records_.find(id);
+  if (it != records_.end() && !IsTerminal(it->second->state)) it->second->cancel_peer = std::move(fn);
+}
+
+bool TransferTable::Finish(uint64_t id, const absl::Status& outcome) {
+  std::function<void()> cancel_peer;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = records_.find(id);
+    if (it == records_.end() || IsTerminal(it->second->state)) return false;
+    Record& r = *it->second;
+    switch (outcome.code()) {
+      case absl::StatusCode::kOk:
+        r.state = v1::TRANSFER_STATE_DONE;
+        ++done_;
+        bytes_received_ += r.total_bytes;
+        break;
+      case absl::StatusCode::kCancelled:
+        r.state = v1::TRANSFER_STATE_CANCELLED;
+        ++failed_;
+        break;
+      case absl::StatusCode::kDeadlineExceeded:
+        r.state = v1::TRANSFER_STATE_EXPIRED;
+        ++failed_;
+        break;
+      default:
+        r.state = v1::TRANSFER_STATE_FAILED;
+        ++failed_;
+    }
+    r.error = outcome.ok() ? "" : outcome.ToString();
+    r.ended = absl::Now();
+    r.pool.reset();
+    cancel_peer = std::move(r.cancel_peer);
+    r.cancel_peer = nullptr;
+  }
+  // A receiver that stopped early tells the sender to stop too.
+  if (!outcome.ok() && cancel_peer) cancel_peer();
+  return true;
+}
+
+v1::TransferStatus TransferTable::ToProto(const Record& r) const {
+  v1::TransferStatus s;
+  s.set_transfer_id(r.id);
+  s.set_state(r.state);
+  s.set_error(r.error);
+  s.set_total_bytes(r.total_bytes);
+  s.set_bytes_done(r.counters->bytes_done.load(std::memory_order_relaxed));
+  s.set_chunks_total(r.counters->chunks_total.load(std::memory_order_relaxed));
+  s.set_chunks_done(r.counters->chunks_done.load(std::memory_order_relaxed));
+  const absl::Time end = IsTerminal(r.state) ? r.ended : absl::Now();
+  s.set_elapsed_us(static_cast<uint64_t>(absl::ToInt64Microseconds(end - r.started)));
+  s.set_peer_address(r.peer);
+  return s;
+}
+
+absl::StatusOr<v1::TransferStatus> TransferTable::Get(uint64_t id) const {
+  absl::MutexLock l(&mu_);
+  auto it = records_.find(id);
+  if (it == records_.end()) return absl::NotFoundError(absl::StrFormat("no transfer %016x", id));
+  return ToProto(*it->second);
+}
+
+absl::StatusOr<v1::TransferStatus> TransferTable::WaitChange(uint64_t id, const v1::TransferStatus& last,
+                                                             absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  absl::MutexLock l(&mu_);
+  for (;;) {
+    auto it = records_.find(id);
+    if (it == records_.end()) return absl::NotFoundError(absl::StrFormat("no transfer %016x", id));
+    const Record& r = *it->second;
+    const bool changed = r.state != last.state() ||
+                         r.counters->chunks_done.load(std::memory_order_relaxed) != last.chunks_done();
+    if (changed || absl::Now() >= until) return ToProto(r);
+    // Progress counters are updated without this lock: re-check every 20 ms.
+    auto state_changed = [&r, &last]() { return r.state != last.state(); };
+    mu_.AwaitWithTimeout(absl::Condition(&state_changed), std::min(absl::Milliseconds(20), until - absl::Now()));
+  }
+}
+
+void TransferTable::Prune(absl::Duration age, size_t keep) {
+  absl::MutexLock l(&mu_);
+  const absl::Time cutoff = absl::Now() - age;
+  std::vector<std::pair<absl::Time, uint64_t>> ended;
+  for (auto it = records_.begin(); it != records_.end();) {
+    if (IsTerminal(it->second->state) && it->second->ended < cutoff) {
+      records_.erase(it++);
+    } else {
+      if (IsTerminal(it->second->state)) ended.push_back({it->second->ended, it->first});
+      ++it;
+    }
+  }
+  if (ended.size() > keep) {
+    std::sort(ended.begin(), ended.end());
+    for (size_t i = 0; i < ended.size() - keep; ++i) records_.erase(ended[i].second);
+  }
+}
+
+TransferTable::Counts TransferTable::counts() const {
+  absl::MutexLock l(&mu_);
+  Counts c;
+  for (const auto& [id, r] : records_) c.active += IsTerminal(r->state) ? 0 : 1;
+  c.done = done_;
+  c.failed = failed_;
+  c.bytes_received = bytes_received_;
+  return c;
+}
+
+}  // namespace kvferry::server

@@ -1,0 +1,66 @@
+// Transfers this daemon receives (pulls). Every transfer ends exactly once:
+// DONE, FAILED with a reason, CANCELLED, or EXPIRED; later outcomes are ignored.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kvferry/v1/control.pb.h"
+#include "server/pool_registry.h"
+#include "transport/pipeline/engine.h"
+
+namespace kvferry::server {
+
+class TransferTable {
+ public:
+  struct Record {
+    uint64_t id = 0;
+    v1::TransferState state = v1::TRANSFER_STATE_PENDING;
+    std::string error;
+    uint64_t total_bytes = 0;
+    std::shared_ptr<Pool> pool;  // held until the transfer ends
+    std::string peer;
+    absl::Time started, ended;
+    std::shared_ptr<pipeline::TransferCounters> counters = std::make_shared<pipeline::TransferCounters>();
+    std::function<void()> cancel_peer;  // cancels the StartSend RPC, if one is open
+  };
+
+  // New PENDING transfer with a fresh unique non-zero id.
+  std::shared_ptr<Record> Create(std::shared_ptr<Pool> pool, std::string peer, uint64_t total_bytes);
+  void SetRunning(uint64_t id);
+  void SetCancelPeer(uint64_t id, std::function<void()> fn);
+  // Ends a transfer from its outcome: OK -> DONE, CANCELLED -> CANCELLED,
+  // DEADLINE_EXCEEDED -> EXPIRED, anything else -> FAILED. Returns false if it
+  // had already ended.
+  bool Finish(uint64_t id, const absl::Status& outcome);
+  absl::StatusOr<v1::TransferStatus> Get(uint64_t id) const;
+  // Waits until the transfer's state or progress differs from `last`, or timeout.
+  absl::StatusOr<v1::TransferStatus> WaitChange(uint64_t id, const v1::TransferStatus& last, absl::Duration timeout);
+  // Forgets ended transfers older than `age`, keeping at most `keep` of them.
+  void Prune(absl::Duration age, size_t keep);
+
+  struct Counts {
+    uint32_t active = 0;
+    uint64_t done = 0, failed = 0, bytes_received = 0;
+  };
+  Counts counts() const;
+
+ private:
+  v1::TransferStatus ToProto(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Record>> records_ ABSL_GUARDED_BY(mu_);
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+bool IsTerminal(v1::TransferState s);
+
+}  // namespace kvferry::server
