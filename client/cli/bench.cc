@@ -1,0 +1,230 @@
+// `kvferry bench`: host-to-host throughput through two daemons on loopback,
+// beside ucx_perftest (tag_bw) on the same loopback in the same run.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/cli/cluster.h"
+#include "client/cli/commands.h"
+#include "client/cli/kv_data.h"
+#include "client/client.h"
+
+ABSL_DECLARE_FLAG(std::string, kvferryd);
+ABSL_DECLARE_FLAG(bool, keep_workdir);
+ABSL_FLAG(std::string, sizes, "1M,4M,16M,64M,256M,1G", "bench: transfer sizes (K, M, G suffixes; multiples of 1M).");
+ABSL_FLAG(uint32_t, iters, 0, "bench: iterations per size (0: auto, about 2 GiB per size, 3..50).");
+ABSL_FLAG(std::string, perftest, "ucx_perftest", "bench: ucx_perftest binary ('' to skip the baseline).");
+ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file.");
+ABSL_FLAG(std::string, daemon_flags, "", "bench: extra kvferryd flags, space separated.");
+
+namespace kvferry::cli {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+absl::StatusOr<uint64_t> ParseSize(absl::string_view s) {
+  uint64_t mult = 1;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': mult = 1ull << 10; s.remove_suffix(1); break;
+      case 'M': case 'm': mult = 1ull << 20; s.remove_suffix(1); break;
+      case 'G': case 'g': mult = 1ull << 30; s.remove_suffix(1); break;
+    }
+  }
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v == 0 || v > (64ull << 30) / mult) {
+    return absl::InvalidArgumentError(absl::StrCat("bad size '", s, "'"));
+  }
+  return v * mult;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string Which(const std::string& prog) {
+  if (prog.find('/') != std::string::npos) return access(prog.c_str(), X_OK) == 0 ? prog : "";
+  const char* path = getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    std::string p = absl::StrCat(dir, "/", prog);
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs ucx_perftest tag_bw between two processes on loopback; returns GB/s
+// (10^9 bytes/s) from its "Final:" line (average bandwidth, MB/s = 2^20 B/s).
+absl::StatusOr<double> PerftestGBps(const std::string& bin, uint64_t size, uint32_t iters, const std::string& dir) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int port = FreePort();
+    const std::string log = absl::StrCat(dir, "/perftest-", size, ".log");
+    auto server = ChildProcess::Spawn({bin, "-p", std::to_string(port)}, UcxLoopbackEnv(), dir + "/perftest-server.log");
+    if (!server.ok()) return server.status();
+    absl::SleepFor(absl::Milliseconds(300));
+    auto client = ChildProcess::Spawn({bin, "127.0.0.1", "-p", std::to_string(port), "-t", "tag_bw", "-s",
+                                       std::to_string(size), "-n", std::to_string(iters), "-w", "2"},
+                                      UcxLoopbackEnv(), log);
+    if (!client.ok()) return client.status();
+    const int rc = client->Stop(absl::Seconds(600));  // SIGTERM only after it had 600 s
+    server->Stop(absl::Seconds(2));
+    (void)rc;
+    std::ifstream f(log);
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("Final:", 0) != 0) continue;
+      std::vector<std::string> cols = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      double mbps = 0;
+      if (cols.size() >= 7 && absl::SimpleAtod(cols[5], &mbps)) return mbps * kMiB / 1e9;
+    }
+  }
+  return absl::UnavailableError("ucx_perftest produced no result");
+}
+
+}  // namespace
+
+int RunBench(const std::vector<std::string>&) {
+  std::vector<uint64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    auto v = ParseSize(s);
+    if (!v.ok() || *v % kMiB != 0) {
+      std::cerr << "kvferry bench: --sizes: '" << s << "' is not a positive multiple of 1M\n";
+      return 2;
+    }
+    sizes.push_back(*v);
+  }
+  if (sizes.empty()) return std::cerr << "kvferry bench: no sizes\n", 2;
+  const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  auto bin = FindKvferryd(absl::GetFlag(FLAGS_kvferryd));
+  if (!bin.ok()) return std::cerr << "kvferry bench: " << bin.status() << "\n", 1;
+  auto dir = MakeWorkDir("kvferry-bench");
+  if (!dir.ok()) return std::cerr << "kvferry bench: " << dir.status() << "\n", 1;
+  std::string perftest = absl::GetFlag(FLAGS_perftest).empty() ? "" : Which(absl::GetFlag(FLAGS_perftest));
+  if (!absl::GetFlag(FLAGS_perftest).empty() && perftest.empty()) {
+    std::cerr << "kvferry bench: " << absl::GetFlag(FLAGS_perftest)
+              << " not found (Debian: apt-get install ucx-utils); pass --perftest= to skip the baseline\n";
+    return 1;
+  }
+
+  std::vector<std::string> extra = absl::StrSplit(absl::GetFlag(FLAGS_daemon_flags), ' ', absl::SkipEmpty());
+  auto daemons = StartLocalDaemons(*bin, {"prefill", "decode"}, *dir, extra);
+  if (!daemons.ok()) return std::cerr << "kvferry bench: " << daemons.status() << "\n", 1;
+  auto pc = client::Client::Connect((*daemons)[0].address);
+  auto dc = client::Client::Connect((*daemons)[1].address);
+  if (!pc.ok() || !dc.ok()) return std::cerr << "kvferry bench: cannot reach the daemons\n", 1;
+
+  // 1 MiB blocks: 1 layer x 1 plane x 512 tokens x 8 heads x 128 dims, bf16.
+  v1::KvLayout layout = client::ParseLayout("1,1,512,8,128", v1::DTYPE_BF16).value();
+  const uint32_t blocks = static_cast<uint32_t>(max_size / kMiB);
+  auto ppool = (*pc)->CreateHostPool("bench-src", layout, blocks);
+  auto dpool = (*dc)->CreateHostPool("bench-dst", layout, blocks);
+  if (!ppool.ok() || !dpool.ok()) {
+    std::cerr << "kvferry bench: pool: " << (ppool.ok() ? dpool.status() : ppool.status()) << "\n";
+    return 1;
+  }
+  FillKvLike(**ppool, 7);
+  std::memset((*dpool)->base(), 0, (*dpool)->bytes());
+
+  auto env = UcxLoopbackEnv();
+  std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s\n",
+              getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)");
+  std::printf("%10s %6s %12s %12s %16s %8s %s\n", "size", "iters", "e2e GB/s", "xfer GB/s", "ucx_perftest GB/s",
+              "ratio", "verified");
+  std::string json = "{\n  \"results\": [\n";
+  int rc = 0;
+  for (size_t si = 0; si < sizes.size(); ++si) {
+    const uint64_t size = sizes[si];
+    uint32_t iters = absl::GetFlag(FLAGS_iters);
+    if (iters == 0) iters = static_cast<uint32_t>(std::clamp<uint64_t>((2048 * kMiB) / size, 3, 50));
+    const uint32_t n = static_cast<uint32_t>(size / kMiB);
+    std::vector<uint32_t> ids(n);
+    for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+    std::vector<double> e2e, xfer;
+    bool verified = true;
+    for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up
+      const absl::Time t0 = absl::Now();
+      auto ticket = (*pc)->Publish((*ppool)->id(), ids);
+      if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
+      auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids);
+      if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
+      auto last = (*dc)->Watch(*id);
+      const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
+        std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString()) << "\n";
+        return 1;
+      }
+      if (it == 0) {
+        for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+        continue;
+      }
+      e2e.push_back(size / 1e9 / secs);
+      xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
+      std::fprintf(stderr, "\r  %llu MiB: %u/%u", static_cast<unsigned long long>(size / kMiB), it, iters);
+    }
+    std::fprintf(stderr, "\r%40s\r", "");
+    std::sort(e2e.begin(), e2e.end());
+    std::sort(xfer.begin(), xfer.end());
+    const double med = e2e[e2e.size() / 2], med_x = xfer[xfer.size() / 2];
+    double base = 0;
+    if (!perftest.empty()) {
+      auto b = PerftestGBps(perftest, size, iters, *dir);
+      if (b.ok()) {
+        base = *b;
+      } else {
+        std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
+      }
+    }
+    const std::string size_s = size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
+    std::printf("%10s %6u %12.2f %12.2f %16s %8s %s\n", size_s.c_str(), iters, med, med_x,
+                base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
+                base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
+    std::fflush(stdout);
+    if (!verified) rc = 1;
+    json += absl::StrFormat(
+        "    {\"bytes\": %d, \"iters\": %d, \"e2e_gbps_median\": %.4f, \"transfer_gbps_median\": %.4f, "
+        "\"ucx_perftest_gbps\": %.4f, \"ratio\": %.4f, \"verified\": %s}%s\n",
+        size, iters, med, med_x, base, base > 0 ? med / base : 0.0, verified ? "true" : "false",
+        si + 1 < sizes.size() ? "," : "");
+  }
+  json += "  ]\n}\n";
+  std::printf("e2e: Publish -> Pull -> done as seen by the decode worker (median); xfer: the daemon's transfer time;\n"
+              "ratio: e2e / ucx_perftest tag_bw average bandwidth (1 GB = 10^9 bytes).\n");
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    std::ofstream f(absl::GetFlag(FLAGS_json));
+    f << json;
+  }
+  ppool->reset();
+  dpool->reset();
+  for (auto& dm : *daemons) {
+    if (dm.process.Stop() != 0) {
+      std::fprintf(stderr, "%s daemon did not stop cleanly (log %s)\n", dm.role.c_str(), dm.log_path.c_str());
+      rc = 1;
+    }
+  }
+  if (!absl::GetFlag(FLAGS_keep_workdir) && rc == 0) std::system(("rm -rf '" + *dir + "'").c_str());
+  return rc;
+}
+
+}  // namespace kvferry::cli
