@@ -92,7 +92,12 @@ void ChildProcess::Kill() {
 int ChildProcess::Stop(absl::Duration grace) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
-  const absl::Time until = absl::Now() + grace;
+  return Wait(grace);
+}
+
+int ChildProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return -1;
+  const absl::Time until = absl::Now() + timeout;
   int status = 0;
   for (;;) {
     const pid_t r = waitpid(pid_, &status, WNOHANG);

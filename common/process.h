@@ -31,6 +31,9 @@ class ChildProcess {
   // SIGTERM, wait up to `grace`, then SIGKILL. Returns the exit code (128+sig
   // for a signal death).
   int Stop(absl::Duration grace = absl::Seconds(5));
+  // Waits up to `timeout` for the child to exit by itself, then SIGKILLs it.
+  // Returns the exit code as Stop() does.
+  int Wait(absl::Duration timeout);
   // SIGKILL now (a crash stand-in for tests).
   void Kill();
 

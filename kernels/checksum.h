@@ -25,7 +25,9 @@ class Kvsum64Builder {
   uint64_t sum_ = 0;
 };
 
-// Digest of one block (exposed for tests and the GPU cross-check).
+// Digest of one block (exposed for tests and the GPU cross-check): the fastest
+// implementation this CPU supports, and the portable scalar reference.
 uint64_t Kvsum64BlockDigest(const uint8_t* p, size_t m, uint64_t block_index);
+uint64_t Kvsum64BlockDigestScalar(const uint8_t* p, size_t m, uint64_t block_index);
 
 }  // namespace kvferry

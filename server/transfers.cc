@@ -16,8 +16,9 @@ bool IsTerminal(v1::TransferState s) {
 namespace {
 uint64_t RandomId() {
   uint64_t v = 0;
-  while (v == 0) {
+  while (v == 0) {  // 63-bit ids: the top bit tags payload messages on the wire
     if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
+    v &= ~(1ull << 63);
   }
   return v;
 }

@@ -33,11 +33,10 @@ void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
   Put<uint64_t>(out, 40, h.checksum);
 }
 
-absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size) {
-  if (msg == nullptr || size < kChunkHeaderBytes) {
+absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, uint64_t payload_received) {
+  if (msg == nullptr || size != kChunkHeaderBytes) {
     return absl::DataLossError(
-        absl::StrFormat("chunk of %d bytes is shorter than its %d-byte header", size,
-                        kChunkHeaderBytes));
+        absl::StrFormat("chunk header of %d bytes, expected %d", size, kChunkHeaderBytes));
   }
   const uint32_t magic = Get<uint32_t>(msg, 0);
   if (magic != kChunkMagic) {
@@ -56,14 +55,16 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size) {
   h.offset = Get<uint64_t>(msg, 24);
   h.length = Get<uint64_t>(msg, 32);
   h.checksum = Get<uint64_t>(msg, 40);
-  if (h.transfer_id == 0) return absl::DataLossError("chunk has transfer id 0");
+  if (h.transfer_id == 0 || (h.transfer_id & kPayloadTagBit) != 0) {
+    return absl::DataLossError(absl::StrFormat("chunk has invalid transfer id %016x", h.transfer_id));
+  }
   if (h.seq >= h.chunk_count) {
     return absl::DataLossError(
         absl::StrFormat("chunk seq %d out of range (chunk_count %d)", h.seq, h.chunk_count));
   }
-  if (h.length != size - kChunkHeaderBytes) {
+  if (h.length != payload_received) {
     return absl::DataLossError(absl::StrFormat("chunk header says %d payload bytes, got %d",
-                                               h.length, size - kChunkHeaderBytes));
+                                               h.length, payload_received));
   }
   return h;
 }

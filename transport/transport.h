@@ -41,14 +41,16 @@ struct Capabilities {
   bool cuda_memory = false;   // can send/receive GPU memory directly
 };
 
-// A connection to one peer. Closing it (or destroying it) aborts in-flight
-// sends: they complete with an error through Progress().
+// A connection to one peer, shared by every transfer to it. Abort() (or
+// destruction) force-closes it: in-flight sends complete with an error through
+// Progress() and later sends fail.
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
   virtual absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) = 0;
-  // Non-OK once the connection has failed (peer gone).
+  // Non-OK once the connection has failed (peer gone) or was aborted.
   virtual absl::Status health() const = 0;
+  virtual void Abort() = 0;
 };
 
 class Transport {

@@ -15,15 +15,14 @@ __global__ void Kvsum64Blocks(const uint8_t* data, uint64_t n, unsigned long lon
   const int lane = static_cast<int>(gtid % kLanes);
   const uint64_t nblocks = (n + kBlockBytes - 1) / kBlockBytes;
   const bool active = block < nblocks;
-  uint64_t acc = Seed(block, lane);
-  uint64_t m = 0;
+  uint64_t S = 0, D = 0, m = 0;
   if (active) {
     const uint64_t start = block * kBlockBytes;
     m = min(static_cast<uint64_t>(kBlockBytes), n - start);
     const uint8_t* p = data + start;
-    const uint64_t words = m / 8;
+    const uint32_t words = static_cast<uint32_t>(m / 8);
     const bool aligned = (reinterpret_cast<uintptr_t>(p) % 8) == 0;
-    for (uint64_t j = lane; j < words; j += kLanes) {
+    for (uint32_t j = lane; j < words; j += kLanes) {
       uint64_t w;
       if (aligned) {
         w = reinterpret_cast<const uint64_t*>(p)[j];
@@ -31,16 +30,21 @@ __global__ void Kvsum64Blocks(const uint8_t* data, uint64_t n, unsigned long lon
         w = 0;
         for (int k = 0; k < 8; ++k) w |= static_cast<uint64_t>(p[8 * j + k]) << (8 * k);
       }
-      acc = Round(acc, w);
+      S += Product(w, Key(j));
+      D += w;
     }
     const uint64_t rem = m % 8;
-    if (rem != 0 && static_cast<uint64_t>(lane) == words % kLanes) {
-      acc = Round(acc, TailWord(p + 8 * words, rem));
+    if (rem != 0 && static_cast<uint32_t>(lane) == words % kLanes) {
+      const uint64_t t = TailWord(p + 8 * static_cast<uint64_t>(words), rem);
+      S += Product(t, Key(words));
+      D += t;
     }
   }
-  // Gather the 8 lanes of this checksum block into its first thread.
-  uint64_t lanes[kLanes];
+  // Lane l needs S of lane l and D of lane l ^ 1; then the first thread of the
+  // group gathers all 8 accumulators.
   const unsigned mask = 0xffffffffu;
+  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(mask, D, 1);
+  uint64_t lanes[kLanes];
   const int base = (threadIdx.x % 32) & ~(kLanes - 1);
   for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(mask, acc, base + l);
   if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));

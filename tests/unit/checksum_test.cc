@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +56,23 @@ TEST(Kvsum64, BuilderMatchesOneShotForAnySplit) {
     for (size_t filled = step; filled < data.size(); filled += step) b.Update(filled);
     EXPECT_EQ(b.Finish(data.size()), ref) << "step " << step;
   }
+}
+
+TEST(Kvsum64, SimdMatchesScalarReference) {
+  auto data = RandomBytes(4096 + 64, 5);
+  for (size_t off : {size_t{0}, size_t{1}, size_t{7}}) {
+    for (size_t m : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4095}, size_t{4096}}) {
+      EXPECT_EQ(Kvsum64BlockDigest(data.data() + off, m, 3), Kvsum64BlockDigestScalar(data.data() + off, m, 3))
+          << "off " << off << " m " << m;
+    }
+  }
+}
+
+TEST(Kvsum64, SwappingWordsWithinALaneChangesSum) {
+  auto data = RandomBytes(4096, 6);
+  const uint64_t ref = Kvsum64(data.data(), data.size());
+  std::swap_ranges(data.begin(), data.begin() + 8, data.begin() + 64);  // word 0 <-> word 8
+  EXPECT_NE(Kvsum64(data.data(), data.size()), ref);
 }
 
 TEST(Kvsum64, BlockDigestsSumToTheChecksum) {

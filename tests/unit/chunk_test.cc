@@ -8,16 +8,16 @@
 namespace kvferry::transport {
 namespace {
 
-std::vector<uint8_t> Message(const ChunkHeader& h, size_t payload) {
-  std::vector<uint8_t> m(kChunkHeaderBytes + payload, 0xAB);
+std::vector<uint8_t> Header(const ChunkHeader& h) {
+  std::vector<uint8_t> m(kChunkHeaderBytes, 0xAB);
   EncodeChunkHeader(h, m.data());
   return m;
 }
 
 TEST(ChunkHeader, RoundTrips) {
   ChunkHeader h{0x1122334455667788ull, 3, 9, 3 * 4096, 100, 0xdeadbeefcafef00dull};
-  auto m = Message(h, 100);
-  auto p = ParseChunkHeader(m.data(), m.size());
+  auto m = Header(h);
+  auto p = ParseChunkHeader(m.data(), m.size(), 100);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->transfer_id, h.transfer_id);
   EXPECT_EQ(p->seq, 3u);
@@ -29,34 +29,38 @@ TEST(ChunkHeader, RoundTrips) {
 
 TEST(ChunkHeader, RejectsMalformed) {
   ChunkHeader h{7, 0, 1, 0, 16, 0};
-  auto good = Message(h, 16);
-  EXPECT_TRUE(ParseChunkHeader(good.data(), good.size()).ok());
+  auto good = Header(h);
+  EXPECT_TRUE(ParseChunkHeader(good.data(), good.size(), 16).ok());
 
   for (size_t n = 0; n < kChunkHeaderBytes; ++n) {
-    EXPECT_EQ(ParseChunkHeader(good.data(), n).status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(ParseChunkHeader(good.data(), n, 16).status().code(), absl::StatusCode::kDataLoss);
   }
-  EXPECT_FALSE(ParseChunkHeader(nullptr, 100).ok());
+  auto longer = good;
+  longer.push_back(0);
+  EXPECT_FALSE(ParseChunkHeader(longer.data(), longer.size(), 16).ok());
+  EXPECT_FALSE(ParseChunkHeader(nullptr, kChunkHeaderBytes, 16).ok());
 
   auto bad = good;
   bad[0] ^= 1;  // magic
-  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size()).ok());
+  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
   bad[4] = 2;  // version
-  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size()).ok());
+  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
   bad[6] = 1;  // flags
-  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size()).ok());
+  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
 
-  auto zero_id = Message(ChunkHeader{0, 0, 1, 0, 16, 0}, 16);
-  EXPECT_FALSE(ParseChunkHeader(zero_id.data(), zero_id.size()).ok());
-  auto seq_past = Message(ChunkHeader{7, 1, 1, 0, 16, 0}, 16);
-  EXPECT_FALSE(ParseChunkHeader(seq_past.data(), seq_past.size()).ok());
-  // Length disagreeing with what arrived, both ways.
-  EXPECT_FALSE(ParseChunkHeader(good.data(), good.size() - 1).ok());
-  auto longer = Message(h, 17);
-  EXPECT_FALSE(ParseChunkHeader(longer.data(), longer.size()).ok());
-  auto huge = Message(ChunkHeader{7, 0, 1, 0, ~0ull, 0}, 16);
-  EXPECT_FALSE(ParseChunkHeader(huge.data(), huge.size()).ok());
+  auto zero_id = Header(ChunkHeader{0, 0, 1, 0, 16, 0});
+  EXPECT_FALSE(ParseChunkHeader(zero_id.data(), zero_id.size(), 16).ok());
+  auto tagged_id = Header(ChunkHeader{PayloadTag(7), 0, 1, 0, 16, 0});
+  EXPECT_FALSE(ParseChunkHeader(tagged_id.data(), tagged_id.size(), 16).ok());
+  auto seq_past = Header(ChunkHeader{7, 1, 1, 0, 16, 0});
+  EXPECT_FALSE(ParseChunkHeader(seq_past.data(), seq_past.size(), 16).ok());
+  // Length disagreeing with the payload that arrived, both ways.
+  EXPECT_FALSE(ParseChunkHeader(good.data(), good.size(), 15).ok());
+  EXPECT_FALSE(ParseChunkHeader(good.data(), good.size(), 17).ok());
+  auto huge = Header(ChunkHeader{7, 0, 1, 0, ~0ull, 0});
+  EXPECT_FALSE(ParseChunkHeader(huge.data(), huge.size(), 16).ok());
 }
 
 }  // namespace

@@ -138,13 +138,13 @@ class RawSender {
     EXPECT_TRUE(ep.ok()) << ep.status();
     ep_ = std::move(ep).value();
   }
-  void Send(uint64_t tag, const std::vector<uint8_t>& msg) {
-    ASSERT_TRUE(ep_->SubmitSend(tag, msg.data(), msg.size(), 1).ok());
+  // Sends one chunk as its two messages (header, payload) for transfer `id`.
+  void Send(uint64_t id, const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
+    ASSERT_TRUE(ep_->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), 1).ok());
+    ASSERT_TRUE(ep_->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), 2).ok());
     std::vector<transport::Completion> c;
-    for (int i = 0; i < 200000 && c.empty(); ++i) t_->Progress(&c);
-    ASSERT_FALSE(c.empty());
-    // Keep progressing briefly so rendezvous data gets pulled.
-    for (int i = 0; i < 1000; ++i) t_->Progress(&c);
+    for (int i = 0; i < 200000 && c.size() < 2; ++i) t_->Progress(&c);
+    ASSERT_EQ(c.size(), 2u);
   }
 
  private:
@@ -152,10 +152,9 @@ class RawSender {
   std::unique_ptr<transport::Endpoint> ep_;
 };
 
-std::vector<uint8_t> Msg(const transport::ChunkHeader& h, const std::vector<uint8_t>& payload) {
-  std::vector<uint8_t> m(transport::kChunkHeaderBytes + payload.size());
+std::vector<uint8_t> Header(const transport::ChunkHeader& h) {
+  std::vector<uint8_t> m(transport::kChunkHeaderBytes);
   transport::EncodeChunkHeader(h, m.data());
-  std::memcpy(m.data() + transport::kChunkHeaderBytes, payload.data(), payload.size());
   return m;
 }
 
@@ -182,29 +181,33 @@ TEST_P(EngineTest, CorruptOrMalformedChunksFailTheTransferAndWriteNothing) {
                                absl::Now() + absl::Seconds(10), nullptr, r.cb()}).ok());
     auto p = payload;
     if (c.flip_payload) p[100] ^= 0x10;
-    RawSender(NewTransport(), rx->address()).Send(id, Msg(c.h, p));
+    RawSender(NewTransport(), rx->address()).Send(id, Header(c.h), p);
     absl::Status st = r.Get();
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << c.name << ": " << st;
     EXPECT_EQ(dst, std::vector<uint8_t>(8192, 0)) << c.name << ": unverified bytes reached the destination";
   }
-  // Garbage and truncated headers.
-  for (std::vector<uint8_t> junk : {std::vector<uint8_t>(10, 1), std::vector<uint8_t>(200, 0xff)}) {
+  // Garbage headers of the right size, and headers or payloads of the wrong size.
+  struct Raw {
+    const char* name;
+    std::vector<uint8_t> header, payload;
+  } raws[] = {
+      {"junk header", std::vector<uint8_t>(transport::kChunkHeaderBytes, 0xff), payload},
+      {"short header", std::vector<uint8_t>(10, 1), payload},
+      {"long header", std::vector<uint8_t>(200, 0), payload},
+      {"payload larger than a chunk", Header({20, 0, 1, 0, 4096, good_sum}), std::vector<uint8_t>(100000, 0)},
+  };
+  uint64_t id = 20;
+  for (const auto& r : raws) {
+    ++id;
     std::vector<uint8_t> dst(4096, 0);
-    Result r;
-    ASSERT_TRUE(rx->StartRecv({20, SegmentList({{dst.data(), dst.size()}}), 4096,
-                               absl::Now() + absl::Seconds(10), nullptr, r.cb()}).ok());
-    RawSender(NewTransport(), rx->address()).Send(20, junk);
-    EXPECT_EQ(r.Get().code(), absl::StatusCode::kDataLoss);
-    EXPECT_EQ(dst, std::vector<uint8_t>(4096, 0));
-  }
-  // A message larger than the receive buffer.
-  {
-    std::vector<uint8_t> dst(4096, 0);
-    Result r;
-    ASSERT_TRUE(rx->StartRecv({21, SegmentList({{dst.data(), dst.size()}}), 4096,
-                               absl::Now() + absl::Seconds(10), nullptr, r.cb()}).ok());
-    RawSender(NewTransport(), rx->address()).Send(21, std::vector<uint8_t>(100000, 0));
-    EXPECT_FALSE(r.Get().ok());
+    Result res;
+    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096,
+                               absl::Now() + absl::Seconds(10), nullptr, res.cb()}).ok());
+    RawSender(NewTransport(), rx->address()).Send(id, r.header, r.payload);
+    absl::Status st = res.Get();
+    EXPECT_FALSE(st.ok()) << r.name;
+    EXPECT_NE(st.code(), absl::StatusCode::kDeadlineExceeded) << r.name << ": should fail at once";
+    EXPECT_EQ(dst, std::vector<uint8_t>(4096, 0)) << r.name;
   }
   auto st = rx->stats();
   EXPECT_EQ(st.recv_slots_free, st.recv_slots);

@@ -142,6 +142,7 @@ class LoopbackEndpoint final : public Endpoint {
   LoopbackEndpoint(LoopbackTransport* self, std::string peer) : self_(self), peer_(std::move(peer)) {}
 
   absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) override {
+    if (!health_.ok()) return health_;
     absl::MutexLock l(&self_->fabric()->mu);
     auto it = self_->fabric()->by_address.find(peer_);
     if (it == self_->fabric()->by_address.end()) {
@@ -154,6 +155,7 @@ class LoopbackEndpoint final : public Endpoint {
     return absl::OkStatus();
   }
   absl::Status health() const override { return health_; }
+  void Abort() override { health_ = absl::UnavailableError("loopback endpoint closed"); }
 
  private:
   LoopbackTransport* self_;

@@ -23,8 +23,15 @@ using transport::ChunkHeader;
 using transport::Completion;
 using transport::kChunkHeaderBytes;
 
+// cookie = job key << 25 | slot << 1 | part (0: header message, 1: payload).
 constexpr int kSlotBits = 24;
+constexpr int kCookieShift = kSlotBits + 1;
 constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
+// Payloads start here in a staging slot (the header sits at offset 0).
+constexpr size_t kPayloadOffset = 64;
+// How long a failed send job waits for its in-flight sends before it aborts
+// the endpoint they are on.
+constexpr absl::Duration kSendDrainGrace = absl::Seconds(1);
 
 // Fixed set of equally sized staging buffers, allocated and touched up front.
 class StagingPool {
@@ -78,10 +85,18 @@ struct Job {
   std::shared_ptr<TransferCounters> counters;
   DoneCallback done;
   std::string peer_address;                    // send only
-  std::unique_ptr<transport::Endpoint> ep;     // send only
+  std::shared_ptr<transport::Endpoint> ep;     // send only; shared per peer
+  absl::Time failed_at = absl::InfiniteFuture();
   uint32_t next_seq = 0;   // send: next chunk to gather; recv: receives posted so far
   uint32_t completed = 0;  // chunks sent / verified
-  absl::flat_hash_map<int, uint32_t> inflight;  // slot -> seq (send) or 0 (recv)
+  // A chunk in flight: its two messages (header, payload) complete separately.
+  struct Slot {
+    uint32_t seq = 0;
+    int pending = 2;
+    size_t header_len = 0, payload_len = 0;
+    absl::Status status;
+  };
+  absl::flat_hash_map<int, Slot> inflight;
   std::vector<bool> received;                   // recv only
   bool ending = false;
   absl::Status result;
@@ -108,7 +123,7 @@ class Engine::Impl {
     if (options_.window == 0 || options_.window > 1024) {
       return absl::InvalidArgumentError("window must be in [1, 1024]");
     }
-    const uint64_t slot = kChunkHeaderBytes + options_.chunk_bytes;
+    const uint64_t slot = kPayloadOffset + options_.chunk_bytes;
     const uint64_t slots = options_.staging_bytes / slot;
     if (slots < 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -129,6 +144,7 @@ class Engine::Impl {
     {
       absl::MutexLock l(&mu_);
       stop_ = true;
+      posted_.store(true, std::memory_order_release);
     }
     transport_->Wake();
     if (thread_.joinable()) thread_.join();
@@ -139,7 +155,9 @@ class Engine::Impl {
   const EngineOptions& options() const { return options_; }
 
   absl::Status Validate(uint64_t id, const SegmentList& segs, uint64_t chunk_bytes, const DoneCallback& done) {
-    if (id == 0) return absl::InvalidArgumentError("transfer id must be non-zero");
+    if (id == 0 || (id & transport::kPayloadTagBit) != 0) {
+      return absl::InvalidArgumentError("transfer id must be in (0, 2^63)");
+    }
     if (!done) return absl::InvalidArgumentError("missing done callback");
     if (chunk_bytes == 0 || chunk_bytes > options_.chunk_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -177,6 +195,7 @@ class Engine::Impl {
       ids_.insert({{dir, id}, true});
       job->key = next_key_++;
       incoming_.push_back(std::move(job));
+      posted_.store(true, std::memory_order_release);
     }
     transport_->Wake();
     return absl::OkStatus();
@@ -186,6 +205,7 @@ class Engine::Impl {
     {
       absl::MutexLock l(&mu_);
       cancels_.push_back({dir, id, std::move(reason)});
+      posted_.store(true, std::memory_order_release);
     }
     transport_->Wake();
   }
@@ -207,22 +227,25 @@ class Engine::Impl {
   void Run() {
     std::vector<Completion> completions;
     int idle = 0;
-    absl::Time next_deadline_check = absl::Now();
+    uint32_t iteration = 0;
     for (;;) {
+      // Commands from other threads: only take the lock when some are posted.
       std::deque<std::unique_ptr<Job>> incoming;
       std::vector<CancelCmd> cancels;
-      bool stop;
-      {
+      bool stop = false;
+      if (posted_.load(std::memory_order_acquire)) {
         absl::MutexLock l(&mu_);
         incoming.swap(incoming_);
         cancels.swap(cancels_);
         stop = stop_;
+        posted_.store(stop_, std::memory_order_relaxed);
       }
       for (auto& j : incoming) Admit(std::move(j));
       for (auto& c : cancels) {
         if (Job* j = Find(c.dir, c.id)) Fail(j, c.reason);
       }
       if (stop) {
+        stopping_ = true;
         for (auto& [key, j] : jobs_) Fail(j.get(), absl::CancelledError("daemon shutting down"));
       }
 
@@ -234,24 +257,24 @@ class Engine::Impl {
       for (auto& c : completions) OnCompletion(c);
       worked |= !completions.empty();
 
-      const absl::Time now = absl::Now();
-      if (now >= next_deadline_check) {
+      // Deadlines and drain timeouts: the clock is read every 64 iterations.
+      if ((++iteration & 63) == 0 || worked) {
+        const absl::Time now = absl::Now();
         for (auto& [key, j] : jobs_) {
           if (!j->ending && now > j->deadline) {
             Fail(j.get(), absl::DeadlineExceededError(absl::StrFormat(
                               "deadline passed after %d of %d chunks", j->completed, j->chunk_count)));
           }
         }
-        next_deadline_check = now + absl::Milliseconds(5);
+        Reap(now);
       }
-      Reap();
-      PublishStats();
+      if (worked) PublishStats();
 
-      if (stop && jobs_.empty()) break;
+      if (stopping_ && jobs_.empty()) break;
       if (worked) {
         idle = 0;
-      } else if (++idle > 64) {
-        transport_->Wait(jobs_.empty() ? absl::Milliseconds(50) : absl::Milliseconds(2));
+      } else if (++idle > 64 && jobs_.empty()) {
+        transport_->Wait(absl::Milliseconds(50));
         idle = 0;
       }
     }
@@ -266,7 +289,7 @@ class Engine::Impl {
 
   void Admit(std::unique_ptr<Job> j) {
     if (j->dir == Direction::kSend) {
-      auto ep = transport_->Connect(j->peer_address);
+      auto ep = EndpointFor(j->peer_address);
       if (!ep.ok()) {
         j->ending = true;
         j->result = absl::UnavailableError(absl::StrFormat("connect to receiver: %s", ep.status().message()));
@@ -281,64 +304,121 @@ class Engine::Impl {
     jobs_[key] = std::move(j);
   }
 
+  // Endpoints are cached per peer: connecting costs several round trips.
+  absl::StatusOr<std::shared_ptr<transport::Endpoint>> EndpointFor(const std::string& address) {
+    auto it = endpoints_.find(address);
+    if (it != endpoints_.end() && it->second->health().ok()) return it->second;
+    auto ep = transport_->Connect(address);
+    if (!ep.ok()) return ep.status();
+    if (endpoints_.size() >= 4096) endpoints_.clear();
+    std::shared_ptr<transport::Endpoint> shared = std::move(ep).value();
+    endpoints_[address] = shared;
+    return shared;
+  }
+
+  // Force-closes a send job's endpoint (e.g. a receiver that stopped posting
+  // receives): its in-flight sends, and those of other jobs to that peer, fail.
+  void AbortEndpoint(Job* j) {
+    auto it = endpoints_.find(j->peer_address);
+    if (it != endpoints_.end() && it->second == j->ep) endpoints_.erase(it);
+    j->ep->Abort();
+  }
+
+  static uint64_t Cookie(const Job& j, int slot, int part) {
+    return (j.key << kCookieShift) | (static_cast<uint64_t>(slot) << 1) | static_cast<uint64_t>(part);
+  }
+
   // Starts what the window and free slots allow. Returns true if it did anything.
   bool Pump(Job* j) {
     bool did = false;
     StagingPool& p = pool(*j);
     while (!j->ending && j->inflight.size() < options_.window && j->next_seq < j->chunk_count && !p.empty()) {
       const int slot = p.Take();
-      const uint64_t cookie = (j->key << kSlotBits) | static_cast<uint64_t>(slot);
       uint8_t* buf = p.ptr(slot);
-      absl::Status st;
       const uint32_t seq = j->next_seq;
+      absl::Status st;
+      int posted = 0;
       if (j->dir == Direction::kSend) {
         const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
         const uint64_t len = j->ChunkLen(seq);
-        Kvsum64Builder sum(buf + kChunkHeaderBytes);
-        j->segs.Gather(off, len, buf + kChunkHeaderBytes, &sum);
-        ChunkHeader h{j->id, seq, j->chunk_count, off, len, sum.Finish(len)};
-        transport::EncodeChunkHeader(h, buf);
-        st = j->ep->SubmitSend(j->id, buf, kChunkHeaderBytes + len, cookie);
+        // Zero copy when the chunk is one contiguous range of the source;
+        // otherwise gather it into the slot, hashing while it is in cache.
+        const uint8_t* payload = j->segs.Contiguous(off, len);
+        uint64_t sum;
+        if (payload != nullptr) {
+          sum = Kvsum64(payload, len);
+        } else {
+          Kvsum64Builder b(buf + kPayloadOffset);
+          j->segs.Gather(off, len, buf + kPayloadOffset, &b);
+          sum = b.Finish(len);
+          payload = buf + kPayloadOffset;
+        }
+        transport::EncodeChunkHeader(ChunkHeader{j->id, seq, j->chunk_count, off, len, sum}, buf);
+        st = j->ep->SubmitSend(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
+        if (st.ok()) {
+          ++posted;
+          st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, len, Cookie(*j, slot, 1));
+        }
       } else {
-        st = transport_->SubmitRecv(j->id, buf, kChunkHeaderBytes + j->chunk_bytes, cookie);
+        st = transport_->SubmitRecv(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
+        if (st.ok()) {
+          ++posted;
+          st = transport_->SubmitRecv(transport::PayloadTag(j->id), buf + kPayloadOffset, j->chunk_bytes,
+                                      Cookie(*j, slot, 1));
+        }
+      }
+      if (posted > 0 || st.ok()) {
+        Job::Slot& s = j->inflight[slot];
+        s.seq = seq;
+        s.pending = st.ok() ? 2 : 1;
+        if (!st.ok()) s.status = st;
+        ++j->next_seq;
+        did = true;
+      } else {
+        p.Give(slot);
       }
       if (!st.ok()) {
-        p.Give(slot);
         Fail(j, st);
         break;
       }
-      j->inflight[slot] = seq;
-      ++j->next_seq;
-      did = true;
     }
     return did;
   }
 
   void OnCompletion(const Completion& c) {
-    auto it = jobs_.find(c.cookie >> kSlotBits);
+    auto it = jobs_.find(c.cookie >> kCookieShift);
     if (it == jobs_.end()) {
       KVF_LOG(warn, "engine", "completion for unknown cookie {:x}", c.cookie);
       return;
     }
     Job* j = it->second.get();
-    const int slot = static_cast<int>(c.cookie & kSlotMask);
+    const int slot = static_cast<int>((c.cookie >> 1) & kSlotMask);
+    const int part = static_cast<int>(c.cookie & 1);
     auto in = j->inflight.find(slot);
     if (in == j->inflight.end()) return;
-    const uint32_t seq = in->second;
+    Job::Slot& s = in->second;
+    if (!c.status.ok() && s.status.ok()) s.status = c.status;
+    (part == 0 ? s.header_len : s.payload_len) = c.length;
+    if (--s.pending > 0) return;
+
+    // Both messages of the chunk are done.
+    const Job::Slot done = s;
     j->inflight.erase(in);
     StagingPool& p = pool(*j);
     if (j->dir == Direction::kSend) {
       p.Give(slot);
-      if (!c.status.ok()) {
-        Fail(j, absl::UnavailableError(absl::StrFormat("sending chunk %d: %s", seq, c.status.message())));
+      if (!done.status.ok()) {
+        if (!j->ep->health().ok()) endpoints_.erase(j->peer_address);
+        Fail(j, absl::UnavailableError(absl::StrFormat("sending chunk %d: %s", done.seq, done.status.message())));
         return;
       }
-      bytes_sent_ += c.length - kChunkHeaderBytes;
-      Account(j, c.length - kChunkHeaderBytes);
+      bytes_sent_ += done.payload_len;
+      Account(j, done.payload_len);
       return;
     }
     // Receive: everything below is untrusted bytes from the wire.
-    absl::Status st = c.status.ok() ? Accept(j, p.ptr(slot), c.length) : c.status;
+    absl::Status st = done.status;
+    if (st.ok()) st = Accept(j, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
     p.Give(slot);
     if (!st.ok()) {
       if (!j->ending) KVF_XLOG(warn, "engine", j->id, "rejecting chunk: {}", st.ToString());
@@ -346,10 +426,10 @@ class Engine::Impl {
     }
   }
 
-  // Checks a received message and, only if everything holds, writes its payload.
-  absl::Status Accept(Job* j, const uint8_t* msg, size_t size) {
+  // Checks a received chunk and, only if everything holds, writes its payload.
+  absl::Status Accept(Job* j, const uint8_t* header, size_t header_len, const uint8_t* payload, size_t len) {
     if (j->ending) return j->result;
-    auto parsed = transport::ParseChunkHeader(msg, size);
+    auto parsed = transport::ParseChunkHeader(header, header_len, len);
     if (!parsed.ok()) return parsed.status();
     const ChunkHeader& h = *parsed;
     if (h.transfer_id != j->id) {
@@ -364,7 +444,6 @@ class Engine::Impl {
       return absl::DataLossError(absl::StrFormat("chunk %d covers [%d, +%d), expected [%d, +%d)", h.seq, h.offset,
                                                  h.length, off, j->ChunkLen(h.seq)));
     }
-    const uint8_t* payload = msg + kChunkHeaderBytes;
     const uint64_t sum = Kvsum64(payload, h.length);
     if (sum != h.checksum) {
       return absl::DataLossError(absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x",
@@ -392,35 +471,48 @@ class Engine::Impl {
     j->ending = true;
     j->result = std::move(reason);
     if (j->dir == Direction::kRecv) {
-      for (auto& [slot, seq] : j->inflight) {
-        transport_->CancelRecv((j->key << kSlotBits) | static_cast<uint64_t>(slot));
+      for (auto& [slot, st] : j->inflight) {
+        transport_->CancelRecv(Cookie(*j, slot, 0));
+        transport_->CancelRecv(Cookie(*j, slot, 1));
       }
     } else {
-      j->ep.reset();  // force-closes: in-flight sends complete with errors
+      // In-flight sends normally drain (the receiver completes or cancels
+      // them); Reap() aborts the endpoint if they do not within a grace period.
+      j->failed_at = absl::Now();
     }
   }
 
   // Ends jobs that have nothing in flight any more.
-  void Reap() {
+  void Reap(absl::Time now) {
+    std::vector<std::unique_ptr<Job>> ended;
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       Job* j = it->second.get();
       const bool finished = j->ending || (j->chunk_count == 0);
+      if (finished && !j->inflight.empty() && j->ep && now > j->failed_at + kSendDrainGrace) {
+        KVF_XLOG(warn, "engine", j->id, "{} sends did not drain; closing the endpoint", j->inflight.size());
+        AbortEndpoint(j);
+        j->failed_at = absl::InfiniteFuture();
+      }
       if (!finished || !j->inflight.empty()) {
         ++it;
         continue;
       }
-      std::unique_ptr<Job> owned = std::move(it->second);
+      ended.push_back(std::move(it->second));
       jobs_.erase(it++);
-      {
-        absl::MutexLock l(&mu_);
-        ids_.erase({owned->dir, owned->id});
+    }
+    if (ended.empty()) return;
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& j : ended) ids_.erase({j->dir, j->id});
+    }
+    PublishStats();  // callbacks below see accounting that includes these ends
+    for (auto& j : ended) {
+      if (!j->result.ok()) {
+        KVF_XLOG(info, "engine", j->id, "{} ended: {}", j->dir == Direction::kSend ? "send" : "receive",
+                 j->result.ToString());
       }
-      if (!owned->result.ok()) {
-        KVF_XLOG(info, "engine", owned->id, "{} ended: {}", owned->dir == Direction::kSend ? "send" : "receive",
-                 owned->result.ToString());
-      }
-      owned->ep.reset();
-      owned->done(owned->result);
+      j->ep.reset();
+      j->done(j->result);
     }
   }
 
@@ -446,7 +538,11 @@ class Engine::Impl {
   // Owned by the engine thread.
   StagingPool send_pool_, recv_pool_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  absl::flat_hash_map<std::string, std::shared_ptr<transport::Endpoint>> endpoints_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+  bool stopping_ = false;
+  // Set (under mu_) whenever a command is queued; read lock-free by the loop.
+  std::atomic<bool> posted_{false};
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -37,6 +37,22 @@ void SegmentList::Gather(uint64_t off, size_t len, uint8_t* dst, Kvsum64Builder*
   });
 }
 
+const uint8_t* SegmentList::Contiguous(uint64_t off, size_t len) const {
+  if (len == 0) return nullptr;
+  const uint8_t* start = nullptr;
+  const uint8_t* next = nullptr;
+  bool contiguous = true;
+  ForEachPiece(off, len, [&](const uint8_t* seg, size_t, size_t n) {
+    if (start == nullptr) {
+      start = seg;
+    } else if (seg != next) {
+      contiguous = false;
+    }
+    next = seg + n;
+  });
+  return contiguous ? start : nullptr;
+}
+
 void SegmentList::Scatter(uint64_t off, size_t len, const uint8_t* src) const {
   if (len == 0) return;
   ForEachPiece(off, len, [&](uint8_t* seg, size_t pos, size_t n) { std::memcpy(seg, src + pos, n); });

@@ -25,6 +25,9 @@ class SegmentList {
   // Copies stream bytes [off, off+len) into dst; if `sum` is given, hashes the
   // copied bytes piece by piece while they are hot in cache.
   void Gather(uint64_t off, size_t len, uint8_t* dst, Kvsum64Builder* sum) const;
+  // If stream bytes [off, off+len) are one contiguous range of memory, its
+  // start; otherwise nullptr.
+  const uint8_t* Contiguous(uint64_t off, size_t len) const;
   // Copies src into stream bytes [off, off+len).
   void Scatter(uint64_t off, size_t len, const uint8_t* src) const;
 

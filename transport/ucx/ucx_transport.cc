@@ -102,6 +102,7 @@ class UcxEndpoint final : public Endpoint {
   absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) override;
   absl::Status health() const override { return health_; }
   void SetFailed(ucs_status_t s) { health_ = FromUcsStatus(s, "ucx endpoint"); }
+  void Abort() override;
 
  private:
   UcxTransport* transport_;
@@ -312,8 +313,12 @@ class UcxTransport final : public Transport {
   std::vector<Completion> done_;
 };
 
-UcxEndpoint::~UcxEndpoint() {
-  if (ep_ != nullptr) transport_->CloseEndpoint(ep_);
+UcxEndpoint::~UcxEndpoint() { Abort(); }
+
+void UcxEndpoint::Abort() {
+  if (ep_ == nullptr) return;
+  if (health_.ok()) health_ = absl::UnavailableError("ucx endpoint closed");
+  transport_->CloseEndpoint(std::exchange(ep_, nullptr));
 }
 
 absl::Status UcxEndpoint::SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) {
