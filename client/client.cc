@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -70,8 +71,11 @@ absl::StatusOr<v1::RegisterPoolResponse> Client::RegisterPool(const v1::Register
 absl::StatusOr<std::unique_ptr<HostPool>> Client::CreateHostPool(const std::string& name, const v1::KvLayout& layout,
                                                                  uint32_t num_blocks) {
   KVF_ASSIGN_OR_RETURN(Geometry g, MakeGeometry(layout, num_blocks));
+  // pid + counter + random: pids repeat across PID namespaces sharing /dev/shm.
   static std::atomic<int> counter{0};
-  std::string shm_name = absl::StrFormat("/kvferry-%d-%d-%s", getpid(), counter++, name);
+  uint32_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce)) nonce = static_cast<uint32_t>(absl::ToUnixNanos(absl::Now()));
+  std::string shm_name = absl::StrFormat("/kvferry-%d-%d-%08x-%s", getpid(), counter++, nonce, name);
   if (shm_name.size() > 200) shm_name.resize(200);
   auto pool = std::unique_ptr<HostPool>(new HostPool());
   KVF_ASSIGN_OR_RETURN(pool->shm_, ShmSegment::Create(shm_name, g.region_bytes));

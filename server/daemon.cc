@@ -250,6 +250,11 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     resp->set_bytes_received(e.bytes_received);
     resp->set_bytes_sent(e.bytes_sent);
     resp->set_transport(engine_->capabilities().name);
+    resp->set_staging_bytes(e.staging_bytes_allocated);
+    resp->set_send_slots(e.send_slots);
+    resp->set_send_slots_free(e.send_slots_free);
+    resp->set_recv_slots(e.recv_slots);
+    resp->set_recv_slots_free(e.recv_slots_free);
     return grpc::Status::OK;
   }
 

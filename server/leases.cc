@@ -2,6 +2,8 @@
 
 #include <sys/random.h>
 
+#include <vector>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
@@ -29,12 +31,26 @@ std::shared_ptr<const Lease> LeaseTable::Create(std::shared_ptr<Pool> pool, std:
   return l;
 }
 
+namespace {
+constexpr absl::Duration kRememberExpired = absl::Minutes(10);
+constexpr size_t kMaxRemembered = 100000;
+}  // namespace
+
+void LeaseTable::ExpireLocked(const std::string& key, absl::Time when) {
+  if (expired_.size() >= kMaxRemembered) expired_.clear();
+  expired_[key] = when;
+  leases_.erase(key);
+}
+
 absl::StatusOr<std::shared_ptr<Lease>> LeaseTable::FindLocked(const std::string& key) {
   auto it = leases_.find(key);
-  if (it == leases_.end()) return absl::NotFoundError("unknown transfer key (never issued, released or already delivered)");
+  if (it == leases_.end()) {
+    if (expired_.contains(key)) return absl::FailedPreconditionError("lease expired before the pull");
+    return absl::NotFoundError("unknown transfer key (never issued, released or already delivered)");
+  }
   if (!it->second->sending && absl::Now() > it->second->expires) {
-    leases_.erase(it);
-    return absl::FailedPreconditionError("lease expired");
+    ExpireLocked(key, absl::Now());
+    return absl::FailedPreconditionError("lease expired before the pull");
   }
   return it->second;
 }
@@ -75,16 +91,19 @@ absl::Status LeaseTable::Release(const std::string& key) {
 
 size_t LeaseTable::Sweep(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  size_t n = 0;
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (!it->second->sending && now > it->second->expires) {
-      leases_.erase(it++);
-      ++n;
+  std::vector<std::string> due;
+  for (const auto& [key, lease] : leases_) {
+    if (!lease->sending && now > lease->expires) due.push_back(key);
+  }
+  for (const auto& key : due) ExpireLocked(key, now);
+  for (auto it = expired_.begin(); it != expired_.end();) {
+    if (now - it->second > kRememberExpired) {
+      expired_.erase(it++);
     } else {
       ++it;
     }
   }
-  return n;
+  return due.size();
 }
 
 size_t LeaseTable::size() const {

@@ -43,8 +43,12 @@ class LeaseTable {
 
  private:
   absl::StatusOr<std::shared_ptr<Lease>> FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLocked(const std::string& key, absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Lease>> leases_ ABSL_GUARDED_BY(mu_);
+  // Keys of expired leases, remembered for a while so a late pull is told
+  // "expired" rather than "unknown".
+  absl::flat_hash_map<std::string, absl::Time> expired_ ABSL_GUARDED_BY(mu_);
 };
 
 // 32 lowercase hex characters from a CSPRNG.

@@ -228,6 +228,7 @@ class Engine::Impl {
     std::vector<Completion> completions;
     int idle = 0;
     uint32_t iteration = 0;
+    PublishStats();
     for (;;) {
       // Commands from other threads: only take the lock when some are posted.
       std::deque<std::unique_ptr<Job>> incoming;
@@ -418,7 +419,15 @@ class Engine::Impl {
     }
     // Receive: everything below is untrusted bytes from the wire.
     absl::Status st = done.status;
-    if (st.ok()) st = Accept(j, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
+    if (st.ok()) {
+      st = Accept(j, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
+    } else if (st.code() == absl::StatusCode::kOutOfRange) {
+      st = absl::DataLossError(absl::StrFormat("message larger than expected: %s", st.message()));
+    } else if (st.code() != absl::StatusCode::kCancelled) {
+      // Transport failures (peer gone, endpoint timeout) are the sender's loss,
+      // not this transfer's deadline.
+      st = absl::UnavailableError(absl::StrFormat("receive from sender failed: %s", st.message()));
+    }
     p.Give(slot);
     if (!st.ok()) {
       if (!j->ending) KVF_XLOG(warn, "engine", j->id, "rejecting chunk: {}", st.ToString());

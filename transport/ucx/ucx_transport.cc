@@ -33,7 +33,6 @@ absl::Status FromUcsStatus(int code, const char* what) {
     case UCS_ERR_INVALID_ADDR:
       return absl::InvalidArgumentError(msg);
     case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
       return absl::DeadlineExceededError(msg);
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_CONNECTION_RESET:
