@@ -1,19 +1,19 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include "transport/ucx/address.h"
+
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "kernels/checksum.h"
 
 namespace kvferry::transport {
 
@@ -45,41 +45,6 @@ absl::Status FromUcsStatus(int code, const char* what) {
 }
 
 namespace {
-
-// Worker addresses travel inside an envelope so that bytes which did not come
-// from a kvferry UCX transport are refused before UCX parses them:
-//   "KVFU" | u32 length | u64 kvsum64(address) | address bytes
-constexpr char kAddrMagic[4] = {'K', 'V', 'F', 'U'};
-constexpr size_t kAddrHeader = 16;
-
-std::string WrapAddress(const void* addr, size_t len) {
-  std::string out(kAddrHeader + len, '\0');
-  std::memcpy(out.data(), kAddrMagic, 4);
-  const uint32_t l32 = static_cast<uint32_t>(len);
-  const uint64_t sum = Kvsum64(addr, len);
-  std::memcpy(out.data() + 4, &l32, 4);
-  std::memcpy(out.data() + 8, &sum, 8);
-  std::memcpy(out.data() + kAddrHeader, addr, len);
-  return out;
-}
-
-absl::StatusOr<std::string_view> UnwrapAddress(const std::string& wrapped) {
-  if (wrapped.size() < kAddrHeader || std::memcmp(wrapped.data(), kAddrMagic, 4) != 0) {
-    return absl::InvalidArgumentError("not a kvferry UCX address");
-  }
-  uint32_t len;
-  uint64_t sum;
-  std::memcpy(&len, wrapped.data() + 4, 4);
-  std::memcpy(&sum, wrapped.data() + 8, 8);
-  if (len == 0 || len != wrapped.size() - kAddrHeader) {
-    return absl::InvalidArgumentError("UCX address length mismatch");
-  }
-  std::string_view body(wrapped.data() + kAddrHeader, len);
-  if (Kvsum64(body.data(), body.size()) != sum) {
-    return absl::InvalidArgumentError("UCX address checksum mismatch");
-  }
-  return body;
-}
 
 class UcxTransport;
 
@@ -130,7 +95,7 @@ class UcxTransport final : public Transport {
   std::string address() const override { return address_; }
 
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override {
-    auto body = UnwrapAddress(peer_address);
+    auto body = UnwrapUcxAddress(peer_address);
     if (!body.ok()) return body.status();
     // The endpoint object exists first so the error handler can point at it;
     // it outlives the UCX endpoint (its destructor force-closes it).
@@ -265,7 +230,7 @@ class UcxTransport final : public Transport {
     size_t addr_len = 0;
     s = ucp_worker_get_address(worker_, &addr, &addr_len);
     if (s != UCS_OK) return FromUcsStatus(s, "ucp_worker_get_address");
-    address_ = WrapAddress(addr, addr_len);
+    address_ = WrapUcxAddress(addr, addr_len);
     ucp_worker_release_address(worker_, addr);
 
     if (options.enable_wakeup) {
