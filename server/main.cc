@@ -18,10 +18,10 @@ ABSL_FLAG(std::string, advertise, "",
           "host:port that tickets name for pullers to reach this daemon (default: listen host + bound port).");
 ABSL_FLAG(std::string, role, "node", "Role label shown in status and logs (prefill, decode, ...).");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once serving.");
-ABSL_FLAG(uint64_t, chunk_bytes, 4ull << 20, "Payload bytes per data-plane chunk (4 KiB .. 1 GiB).");
-ABSL_FLAG(uint64_t, staging_mib, 128,
+ABSL_FLAG(uint64_t, chunk_bytes, 1ull << 20, "Payload bytes per data-plane chunk (4 KiB .. 1 GiB).");
+ABSL_FLAG(uint64_t, staging_mib, 64,
           "Staging memory per direction (send, receive) in MiB, allocated at start; bounds chunks in flight.");
-ABSL_FLAG(uint32_t, window, 8, "Chunks in flight per transfer (1 .. 1024).");
+ABSL_FLAG(uint32_t, window, 4, "Chunks in flight per transfer (1 .. 1024).");
 ABSL_FLAG(uint32_t, lease_ttl_ms, 30000, "Default lease time for published blocks.");
 ABSL_FLAG(uint32_t, max_lease_ttl_ms, 600000, "Upper bound for a requested lease time.");
 ABSL_FLAG(uint32_t, deadline_ms, 60000, "Default deadline of a pull.");

@@ -28,6 +28,7 @@ ABSL_FLAG(uint32_t, iters, 0, "bench: iterations per size (0: auto, about 2 GiB 
 ABSL_FLAG(std::string, perftest, "ucx_perftest", "bench: ucx_perftest binary ('' to skip the baseline).");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file.");
 ABSL_FLAG(std::string, daemon_flags, "", "bench: extra kvferryd flags, space separated.");
+ABSL_FLAG(uint32_t, rounds, 3, "bench: rounds per size, alternating kvferry and ucx_perftest (medians reported).");
 
 namespace kvferry::cli {
 namespace {
@@ -149,8 +150,9 @@ int RunBench(const std::vector<std::string>&) {
   auto env = UcxLoopbackEnv();
   std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s\n",
               getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)");
-  std::printf("%10s %6s %12s %12s %16s %8s %s\n", "size", "iters", "e2e GB/s", "xfer GB/s", "ucx_perftest GB/s",
+  std::printf("%10s %6s %12s %12s %16s %8s %s\n", "size", "iters/rd", "e2e GB/s", "xfer GB/s", "ucx_perftest GB/s",
               "ratio", "verified");
+  const bool tty = isatty(2);
   std::string json = "{\n  \"results\": [\n";
   int rc = 0;
   for (size_t si = 0; si < sizes.size(); ++si) {
@@ -160,41 +162,53 @@ int RunBench(const std::vector<std::string>&) {
     const uint32_t n = static_cast<uint32_t>(size / kMiB);
     std::vector<uint32_t> ids(n);
     for (uint32_t i = 0; i < n; ++i) ids[i] = i;
-    std::vector<double> e2e, xfer;
+    std::vector<double> e2e, xfer, base_runs;
     bool verified = true;
-    for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up
-      const absl::Time t0 = absl::Now();
-      auto ticket = (*pc)->Publish((*ppool)->id(), ids);
-      if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
-      auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids);
-      if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
-      auto last = (*dc)->Watch(*id);
-      const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-      if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
-        std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString()) << "\n";
-        return 1;
+    const uint32_t rounds = std::max(1u, absl::GetFlag(FLAGS_rounds));
+    // Rounds alternate kvferry and ucx_perftest so that both see the same
+    // machine conditions; each reports the median of its samples.
+    for (uint32_t round = 0; round < rounds; ++round) {
+      for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (and verifies in round 0)
+        const absl::Time t0 = absl::Now();
+        auto ticket = (*pc)->Publish((*ppool)->id(), ids);
+        if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
+        auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids);
+        if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
+        auto last = (*dc)->Watch(*id);
+        const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+        if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
+          std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString())
+                    << "\n";
+          return 1;
+        }
+        if (it == 0) {
+          if (round == 0) {
+            for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+          }
+          continue;
+        }
+        e2e.push_back(size / 1e9 / secs);
+        xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
+        if (tty) {
+          std::fprintf(stderr, "\r  %llu MiB: round %u/%u, %u/%u", static_cast<unsigned long long>(size / kMiB),
+                       round + 1, rounds, it, iters);
+        }
       }
-      if (it == 0) {
-        for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
-        continue;
+      if (!perftest.empty()) {
+        auto b = PerftestGBps(perftest, size, iters, *dir);
+        if (b.ok()) {
+          base_runs.push_back(*b);
+        } else {
+          std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
+        }
       }
-      e2e.push_back(size / 1e9 / secs);
-      xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
-      std::fprintf(stderr, "\r  %llu MiB: %u/%u", static_cast<unsigned long long>(size / kMiB), it, iters);
     }
-    std::fprintf(stderr, "\r%40s\r", "");
-    std::sort(e2e.begin(), e2e.end());
-    std::sort(xfer.begin(), xfer.end());
-    const double med = e2e[e2e.size() / 2], med_x = xfer[xfer.size() / 2];
-    double base = 0;
-    if (!perftest.empty()) {
-      auto b = PerftestGBps(perftest, size, iters, *dir);
-      if (b.ok()) {
-        base = *b;
-      } else {
-        std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
-      }
-    }
+    if (tty) std::fprintf(stderr, "\r%50s\r", "");
+    auto median = [](std::vector<double>& v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    const double med = median(e2e), med_x = median(xfer), base = median(base_runs);
     const std::string size_s = size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
     std::printf("%10s %6u %12.2f %12.2f %16s %8s %s\n", size_s.c_str(), iters, med, med_x,
                 base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
@@ -209,7 +223,7 @@ int RunBench(const std::vector<std::string>&) {
   }
   json += "  ]\n}\n";
   std::printf("e2e: Publish -> Pull -> done as seen by the decode worker (median); xfer: the daemon's transfer time;\n"
-              "ratio: e2e / ucx_perftest tag_bw average bandwidth (1 GB = 10^9 bytes).\n");
+              "ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over rounds (1 GB = 10^9 bytes).\n");
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::ofstream f(absl::GetFlag(FLAGS_json));
     f << json;

@@ -57,9 +57,9 @@ struct RecvSpec {
 };
 
 struct EngineOptions {
-  uint64_t chunk_bytes = 4ull << 20;     // largest chunk payload
-  uint64_t staging_bytes = 128ull << 20;  // per direction (send, receive)
-  uint32_t window = 8;                    // chunks in flight per transfer
+  uint64_t chunk_bytes = 1ull << 20;     // largest chunk payload
+  uint64_t staging_bytes = 64ull << 20;   // per direction (send, receive)
+  uint32_t window = 4;                    // chunks in flight per transfer
 };
 
 struct EngineStats {
