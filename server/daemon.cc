@@ -17,8 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "common/kv_layout.h"
 #include "common/log.h"
@@ -125,16 +124,18 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
   void Shutdown() {
     if (shut_down_.exchange(true)) return;
     KVF_LOG(info, "server", "shutting down");
-    stop_janitor_.Notify();
+    {
+      MutexLock l(&janitor_mu_);
+      stop_janitor_ = true;
+    }
     if (janitor_.joinable()) janitor_.join();
     // 1. End every data-plane job (their callbacks finish transfers and replies).
     if (engine_) engine_->Shutdown();
     // 2. Wait for outgoing StartSend calls (already told to cancel) to return.
     {
-      absl::MutexLock l(&calls_mu_);
+      MutexLock l(&calls_mu_);
       for (SendCall* c : open_calls_) c->ctx.TryCancel();
-      calls_mu_.Await(absl::Condition(
-          +[](absl::flat_hash_set<SendCall*>* calls) { return calls->empty(); }, &open_calls_));
+      calls_mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return open_calls_.empty(); });
     }
     // 3. Stop serving.
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -346,7 +347,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
   }
 
   std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address) {
-    absl::MutexLock l(&stubs_mu_);
+    MutexLock l(&stubs_mu_);
     auto it = stubs_.find(address);
     if (it != stubs_.end()) return it->second;
     auto stub = std::shared_ptr<v1::Peer::Stub>(
@@ -432,7 +433,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     call->req.set_transport(engine_->capabilities().name);
     transfers_.SetCancelPeer(id, [call] { call->ctx.TryCancel(); });
     {
-      absl::MutexLock l(&calls_mu_);
+      MutexLock l(&calls_mu_);
       open_calls_.insert(call.get());
     }
     stub->async()->StartSend(&call->ctx, &call->req, &call->resp, [this, call, id](grpc::Status s) {
@@ -440,7 +441,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
         // The sender gave up or vanished: end the receive with its reason.
         engine_->Cancel(pipeline::Direction::kRecv, id, FromGrpc(s, "sender: "));
       }
-      absl::MutexLock l(&calls_mu_);
+      MutexLock l(&calls_mu_);
       open_calls_.erase(call.get());
     });
     transfers_.SetRunning(id);
@@ -450,7 +451,14 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
   }
 
   void Janitor() {
-    while (!stop_janitor_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    for (;;) {
+      {
+        MutexLock l(&janitor_mu_);
+        if (janitor_mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_janitor_; },
+                                         absl::Milliseconds(100))) {
+          return;
+        }
+      }
       if (size_t n = leases_.Sweep(absl::Now())) KVF_LOG(info, "server", "{} lease(s) expired", n);
       transfers_.Prune(absl::Minutes(10), 10000);
     }
@@ -465,12 +473,13 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
   LeaseTable leases_;
   TransferTable transfers_;
   std::thread janitor_;
-  absl::Notification stop_janitor_;
+  Mutex janitor_mu_;
+  bool stop_janitor_ ABSL_GUARDED_BY(janitor_mu_) = false;
   std::atomic<bool> shut_down_{false};
 
-  absl::Mutex stubs_mu_;
+  Mutex stubs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(stubs_mu_);
-  absl::Mutex calls_mu_;
+  Mutex calls_mu_;
   absl::flat_hash_set<SendCall*> open_calls_ ABSL_GUARDED_BY(calls_mu_);
 };
 

@@ -26,7 +26,7 @@ std::shared_ptr<const Lease> LeaseTable::Create(std::shared_ptr<Pool> pool, std:
   l->pool = std::move(pool);
   l->blocks = std::move(blocks);
   l->expires = absl::Now() + ttl;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   leases_[l->key] = l;
   return l;
 }
@@ -56,12 +56,12 @@ absl::StatusOr<std::shared_ptr<Lease>> LeaseTable::FindLocked(const std::string&
 }
 
 absl::StatusOr<std::shared_ptr<const Lease>> LeaseTable::Peek(const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return FindLocked(key);
 }
 
 absl::StatusOr<std::shared_ptr<const Lease>> LeaseTable::Claim(const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto l = FindLocked(key);
   if (!l.ok()) return l.status();
   if ((*l)->sending) return absl::FailedPreconditionError("ticket is already being pulled");
@@ -70,7 +70,7 @@ absl::StatusOr<std::shared_ptr<const Lease>> LeaseTable::Claim(const std::string
 }
 
 void LeaseTable::Unclaim(const std::string& key, bool delivered) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(key);
   if (it == leases_.end()) return;
   if (delivered) {
@@ -81,7 +81,7 @@ void LeaseTable::Unclaim(const std::string& key, bool delivered) {
 }
 
 absl::Status LeaseTable::Release(const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(key);
   if (it == leases_.end()) return absl::NotFoundError("unknown transfer key");
   if (it->second->sending) return absl::FailedPreconditionError("lease is being sent; cancel the pull first");
@@ -90,7 +90,7 @@ absl::Status LeaseTable::Release(const std::string& key) {
 }
 
 size_t LeaseTable::Sweep(absl::Time now) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> due;
   for (const auto& [key, lease] : leases_) {
     if (!lease->sending && now > lease->expires) due.push_back(key);
@@ -107,7 +107,7 @@ size_t LeaseTable::Sweep(absl::Time now) {
 }
 
 size_t LeaseTable::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return leases_.size();
 }
 

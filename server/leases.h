@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "server/pool_registry.h"
 
@@ -44,7 +44,7 @@ class LeaseTable {
  private:
   absl::StatusOr<std::shared_ptr<Lease>> FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(const std::string& key, absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Lease>> leases_ ABSL_GUARDED_BY(mu_);
   // Keys of expired leases, remembered for a while so a late pull is told
   // "expired" rather than "unknown".

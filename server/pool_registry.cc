@@ -60,7 +60,7 @@ absl::StatusOr<std::shared_ptr<Pool>> PoolRegistry::Register(const v1::RegisterP
   pool->base = shm->data() + req.offset_bytes();
   pool->shm = std::move(shm);
 
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (const auto& [id, p] : pools_) {
     if (p->name == pool->name) {
       return absl::AlreadyExistsError(absl::StrFormat("a pool named '%s' exists (id %d)", p->name, id));
@@ -80,7 +80,7 @@ absl::StatusOr<std::shared_ptr<Pool>> PoolRegistry::Register(const v1::RegisterP
 }
 
 absl::Status PoolRegistry::Unregister(uint64_t pool_id) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = pools_.find(pool_id);
   if (it == pools_.end()) return absl::NotFoundError(absl::StrFormat("no pool %d", pool_id));
   if (it->second.use_count() > 1) {
@@ -91,14 +91,14 @@ absl::Status PoolRegistry::Unregister(uint64_t pool_id) {
 }
 
 absl::StatusOr<std::shared_ptr<Pool>> PoolRegistry::Get(uint64_t pool_id) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = pools_.find(pool_id);
   if (it == pools_.end()) return absl::NotFoundError(absl::StrFormat("no pool %d", pool_id));
   return it->second;
 }
 
 std::vector<v1::PoolInfo> PoolRegistry::List() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::vector<v1::PoolInfo> out;
   for (const auto& [id, p] : pools_) out.push_back(p->Info());
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.pool_id() < b.pool_id(); });

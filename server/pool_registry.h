@@ -10,7 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/kv_layout.h"
 #include "common/shm.h"
 #include "kvferry/v1/control.pb.h"
@@ -41,7 +41,7 @@ class PoolRegistry {
   std::vector<v1::PoolInfo> List() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Pool>> pools_ ABSL_GUARDED_BY(mu_);
 };

@@ -31,7 +31,7 @@ std::shared_ptr<TransferTable::Record> TransferTable::Create(std::shared_ptr<Poo
   r->peer = std::move(peer);
   r->total_bytes = total_bytes;
   r->started = absl::Now();
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   do {
     r->id = RandomId();
   } while (records_.contains(r->id));
@@ -40,7 +40,7 @@ std::shared_ptr<TransferTable::Record> TransferTable::Create(std::shared_ptr<Poo
 }
 
 void TransferTable::SetRunning(uint64_t id) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = records_.find(id);
   if (it != records_.end() && it->second->state == v1::TRANSFER_STATE_PENDING) {
     it->second->state = v1::TRANSFER_STATE_RUNNING;
@@ -48,7 +48,7 @@ void TransferTable::SetRunning(uint64_t id) {
 }
 
 void TransferTable::SetCancelPeer(uint64_t id, std::function<void()> fn) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = records_.find(id);
   if (it != records_.end() && !IsTerminal(it->second->state)) it->second->cancel_peer = std::move(fn);
 }
@@ -56,7 +56,7 @@ void TransferTable::SetCancelPeer(uint64_t id, std::function<void()> fn) {
 bool TransferTable::Finish(uint64_t id, const absl::Status& outcome) {
   std::function<void()> cancel_peer;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = records_.find(id);
     if (it == records_.end() || IsTerminal(it->second->state)) return false;
     Record& r = *it->second;
@@ -105,7 +105,7 @@ v1::TransferStatus TransferTable::ToProto(const Record& r) const {
 }
 
 absl::StatusOr<v1::TransferStatus> TransferTable::Get(uint64_t id) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = records_.find(id);
   if (it == records_.end()) return absl::NotFoundError(absl::StrFormat("no transfer %016x", id));
   return ToProto(*it->second);
@@ -114,7 +114,7 @@ absl::StatusOr<v1::TransferStatus> TransferTable::Get(uint64_t id) const {
 absl::StatusOr<v1::TransferStatus> TransferTable::WaitChange(uint64_t id, const v1::TransferStatus& last,
                                                              absl::Duration timeout) {
   const absl::Time until = absl::Now() + timeout;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (;;) {
     auto it = records_.find(id);
     if (it == records_.end()) return absl::NotFoundError(absl::StrFormat("no transfer %016x", id));
@@ -124,12 +124,12 @@ absl::StatusOr<v1::TransferStatus> TransferTable::WaitChange(uint64_t id, const 
     if (changed || absl::Now() >= until) return ToProto(r);
     // Progress counters are updated without this lock: re-check every 20 ms.
     auto state_changed = [&r, &last]() { return r.state != last.state(); };
-    mu_.AwaitWithTimeout(absl::Condition(&state_changed), std::min(absl::Milliseconds(20), until - absl::Now()));
+    mu_.AwaitWithTimeout(state_changed, std::min(absl::Milliseconds(20), until - absl::Now()));
   }
 }
 
 void TransferTable::Prune(absl::Duration age, size_t keep) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   const absl::Time cutoff = absl::Now() - age;
   std::vector<std::pair<absl::Time, uint64_t>> ended;
   for (auto it = records_.begin(); it != records_.end();) {
@@ -147,7 +147,7 @@ void TransferTable::Prune(absl::Duration age, size_t keep) {
 }
 
 TransferTable::Counts TransferTable::counts() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   Counts c;
   for (const auto& [id, r] : records_) c.active += IsTerminal(r->state) ? 0 : 1;
   c.done = done_;

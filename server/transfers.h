@@ -10,7 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "kvferry/v1/control.pb.h"
 #include "server/pool_registry.h"
@@ -54,7 +54,7 @@ class TransferTable {
 
  private:
   v1::TransferStatus ToProto(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Record>> records_ ABSL_GUARDED_BY(mu_);
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;

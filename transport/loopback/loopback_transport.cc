@@ -9,7 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace kvferry::transport {
 
@@ -18,7 +18,7 @@ class LoopbackTransport;
 // Shared state of all loopback transports: one mutex guards every queue.
 class LoopbackFabric {
  public:
-  absl::Mutex mu;
+  Mutex mu;
   uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<std::string, LoopbackTransport*> by_address ABSL_GUARDED_BY(mu);
 };
@@ -42,12 +42,12 @@ class LoopbackTransport final : public Transport {
  public:
   explicit LoopbackTransport(std::shared_ptr<LoopbackFabric> fabric) : fabric_(std::move(fabric)) {
     caps_.name = "loopback";
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     address_ = absl::StrCat("loopback:", fabric_->next_id++);
     fabric_->by_address[address_] = this;
   }
   ~LoopbackTransport() override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     fabric_->by_address.erase(address_);
   }
 
@@ -57,7 +57,7 @@ class LoopbackTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override;
 
   absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie) override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
       if (it->tag != tag) continue;
       Deliver(PostedRecv{tag, buf, capacity, cookie}, it->bytes.data(), it->bytes.size());
@@ -69,7 +69,7 @@ class LoopbackTransport final : public Transport {
   }
 
   void CancelRecv(uint64_t cookie) override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     for (auto it = posted_.begin(); it != posted_.end(); ++it) {
       if (it->cookie == cookie) {
         done_.push_back(Completion{cookie, absl::CancelledError("receive cancelled"), 0});
@@ -80,7 +80,7 @@ class LoopbackTransport final : public Transport {
   }
 
   size_t Progress(std::vector<Completion>* out) override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     const size_t n = done_.size();
     for (auto& c : done_) out->push_back(std::move(c));
     done_.clear();
@@ -88,14 +88,14 @@ class LoopbackTransport final : public Transport {
   }
 
   void Wait(absl::Duration timeout) override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fabric_->mu) { return woken_ || !done_.empty(); };
-    fabric_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    fabric_->mu.AwaitWithTimeout(ready, timeout);
     woken_ = false;
   }
 
   void Wake() override {
-    absl::MutexLock l(&fabric_->mu);
+    MutexLock l(&fabric_->mu);
     woken_ = true;
   }
 
@@ -143,7 +143,7 @@ class LoopbackEndpoint final : public Endpoint {
 
   absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) override {
     if (!health_.ok()) return health_;
-    absl::MutexLock l(&self_->fabric()->mu);
+    MutexLock l(&self_->fabric()->mu);
     auto it = self_->fabric()->by_address.find(peer_);
     if (it == self_->fabric()->by_address.end()) {
       health_ = absl::UnavailableError("loopback peer gone");
@@ -165,7 +165,7 @@ class LoopbackEndpoint final : public Endpoint {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Endpoint>> LoopbackTransport::Connect(const std::string& peer_address) {
-  absl::MutexLock l(&fabric_->mu);
+  MutexLock l(&fabric_->mu);
   if (!fabric_->by_address.contains(peer_address)) {
     return absl::UnavailableError(absl::StrCat("no loopback transport at '", peer_address, "'"));
   }

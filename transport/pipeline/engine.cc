@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/log.h"
 #include "kernels/checksum.h"
 #include "transport/chunk.h"
@@ -142,7 +142,7 @@ class Engine::Impl {
 
   void Shutdown() {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       stop_ = true;
       posted_.store(true, std::memory_order_release);
     }
@@ -187,7 +187,7 @@ class Engine::Impl {
     job->peer_address = std::move(peer);
     if (dir == Direction::kRecv) job->received.assign(job->chunk_count, false);
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (stop_) return absl::UnavailableError("data plane is shutting down");
       if (ids_.contains({dir, id})) {
         return absl::AlreadyExistsError(absl::StrFormat("transfer %016x already active", id));
@@ -203,7 +203,7 @@ class Engine::Impl {
 
   void Cancel(Direction dir, uint64_t id, absl::Status reason) {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       cancels_.push_back({dir, id, std::move(reason)});
       posted_.store(true, std::memory_order_release);
     }
@@ -211,7 +211,7 @@ class Engine::Impl {
   }
 
   EngineStats stats() const {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     return stats_;
   }
 
@@ -235,7 +235,7 @@ class Engine::Impl {
       std::vector<CancelCmd> cancels;
       bool stop = false;
       if (posted_.load(std::memory_order_acquire)) {
-        absl::MutexLock l(&mu_);
+        MutexLock l(&mu_);
         incoming.swap(incoming_);
         cancels.swap(cancels_);
         stop = stop_;
@@ -511,7 +511,7 @@ class Engine::Impl {
     }
     if (ended.empty()) return;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       for (const auto& j : ended) ids_.erase({j->dir, j->id});
     }
     PublishStats();  // callbacks below see accounting that includes these ends
@@ -535,7 +535,7 @@ class Engine::Impl {
     s.bytes_sent = bytes_sent_;
     s.bytes_received = bytes_received_;
     s.staging_bytes_allocated = send_pool_.bytes() + recv_pool_.bytes();
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     stats_ = s;
   }
 
@@ -553,7 +553,7 @@ class Engine::Impl {
   // Set (under mu_) whenever a command is queued; read lock-free by the loop.
   std::atomic<bool> posted_{false};
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<std::unique_ptr<Job>> incoming_ ABSL_GUARDED_BY(mu_);
