@@ -3,12 +3,14 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
 #include "common/shm.h"
+#include "kvferry/v1/peer.grpc.pb.h"
 #include "tests/util/daemons.h"
 
 namespace kvferry::testing {
@@ -213,6 +215,62 @@ TEST_F(DaemonPairTest, BadPublishAndPullRequestsGetClearErrors) {
   EXPECT_TRUE(SameBlock(*src, 1, *dst, 9));
   EXPECT_EQ(d.GetTransfer(12345).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(d.Cancel(12345).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DaemonPairTest, DaemonCanPullFromItself) {
+  auto a = Pool(decode_.get(), "a", 8, 7);
+  auto b = Pool(decode_.get(), "b", 8, 0);
+  auto t = decode_->client->Publish(a->id(), {0, 1, 2});
+  ASSERT_TRUE(t.ok());
+  auto id = decode_->client->Pull(*t, b->id(), {5, 6, 7});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto last = decode_->client->Watch(*id);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->state(), v1::TRANSFER_STATE_DONE) << last->error();
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(SameBlock(*a, i, *b, 5 + i));
+}
+
+// The peer API is reachable by anyone who can reach the port: bad StartSend
+// requests are refused, and a refused or failed send leaves the lease usable.
+TEST_F(DaemonPairTest, PeerApiRejectsBadStartSend) {
+  auto src = Pool(prefill_.get(), "src", 8, 8);
+  auto dst = Pool(decode_.get(), "dst", 8, 0);
+  auto t = prefill_->client->Publish(src->id(), {0, 1});
+  ASSERT_TRUE(t.ok());
+  auto stub = v1::Peer::NewStub(grpc::CreateChannel(prefill_->address, grpc::InsecureChannelCredentials()));
+  auto call = [&](const std::function<void(v1::StartSendRequest*)>& mutate) {
+    v1::StartSendRequest req;
+    req.set_transfer_key(t->transfer_key());
+    req.set_transfer_id(77);
+    req.set_receiver_address("junk");
+    req.set_block_count(2);
+    req.set_segment_bytes(t->segment_bytes());
+    *req.mutable_layout() = t->layout();
+    req.set_chunk_bytes(65536);
+    req.set_transport("ucx");
+    mutate(&req);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::StartSendResponse resp;
+    return stub->StartSend(&ctx, req, &resp).error_code();
+  };
+  EXPECT_EQ(call([](auto*) {}), grpc::StatusCode::UNAVAILABLE);  // receiver address is not a UCX address
+  EXPECT_EQ(call([](auto* r) { r->set_transfer_id(0); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call([](auto* r) { r->set_transfer_id(1ull << 63); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call([](auto* r) { r->set_chunk_bytes(0); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call([](auto* r) { r->set_chunk_bytes(1ull << 40); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call([](auto* r) { r->set_transport("carrier-pigeon"); }), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(call([](auto* r) { r->set_block_count(3); }), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(call([](auto* r) { r->set_transfer_key("zz"); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call([](auto* r) { r->set_transfer_key(std::string(32, 'f')); }), grpc::StatusCode::NOT_FOUND);
+  auto ps = prefill_->client->Status();
+  ASSERT_TRUE(ps.ok());
+  EXPECT_EQ(ps->send_slots_free(), ps->send_slots());
+  // None of that consumed the lease.
+  auto id = decode_->client->Pull(*t, dst->id(), {3, 4});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(decode_->client->Watch(*id)->state(), v1::TRANSFER_STATE_DONE);
+  EXPECT_TRUE(SameBlock(*src, 0, *dst, 3));
 }
 
 TEST_F(DaemonPairTest, HealthServiceReportsServing) {
