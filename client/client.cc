@@ -74,7 +74,8 @@ absl::StatusOr<std::unique_ptr<HostPool>> Client::CreateHostPool(const std::stri
   // pid + counter + random: pids repeat across PID namespaces sharing /dev/shm.
   static std::atomic<int> counter{0};
   uint32_t nonce = 0;
-  if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce)) nonce = static_cast<uint32_t>(absl::ToUnixNanos(absl::Now()));
+  if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+    nonce = static_cast<uint32_t>(absl::ToUnixNanos(absl::Now()));
   std::string shm_name = absl::StrFormat("/kvferry-%d-%d-%08x-%s", getpid(), counter++, nonce, name);
   if (shm_name.size() > 200) shm_name.resize(200);
   auto pool = std::unique_ptr<HostPool>(new HostPool());

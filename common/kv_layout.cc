@@ -27,7 +27,8 @@ absl::StatusOr<Geometry> MakeGeometry(const v1::KvLayout& l, uint32_t num_blocks
   };
   if (l.num_layers() < 1 || l.num_layers() > kMaxLayers) return bad("layout.num_layers", l.num_layers(), 1, kMaxLayers);
   if (l.kv_planes() < 1 || l.kv_planes() > 2) return bad("layout.kv_planes", l.kv_planes(), 1, 2);
-  if (l.block_tokens() < 1 || l.block_tokens() > kMaxDim) return bad("layout.block_tokens", l.block_tokens(), 1, kMaxDim);
+  if (l.block_tokens() < 1 || l.block_tokens() > kMaxDim)
+    return bad("layout.block_tokens", l.block_tokens(), 1, kMaxDim);
   if (l.num_heads() < 1 || l.num_heads() > kMaxDim) return bad("layout.num_heads", l.num_heads(), 1, kMaxDim);
   if (l.head_dim() < 1 || l.head_dim() > kMaxDim) return bad("layout.head_dim", l.head_dim(), 1, kMaxDim);
   if (num_blocks < 1 || num_blocks > kMaxBlocks) return bad("num_blocks", num_blocks, 1, kMaxBlocks);
@@ -68,8 +69,7 @@ std::vector<uint64_t> Geometry::StreamOffsets(const std::vector<uint32_t>& block
 absl::Status ValidateBlockIds(const std::vector<uint32_t>& ids, uint32_t num_blocks) {
   if (ids.empty()) return absl::InvalidArgumentError("block_ids is empty");
   if (ids.size() > num_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%d block ids for a pool of %d blocks", ids.size(), num_blocks));
+    return absl::InvalidArgumentError(absl::StrFormat("%d block ids for a pool of %d blocks", ids.size(), num_blocks));
   }
   absl::flat_hash_set<uint32_t> seen;
   seen.reserve(ids.size());
@@ -86,15 +86,13 @@ absl::Status ValidateBlockIds(const std::vector<uint32_t>& ids, uint32_t num_blo
 }
 
 bool SameLayout(const v1::KvLayout& a, const v1::KvLayout& b) {
-  return a.num_layers() == b.num_layers() && a.kv_planes() == b.kv_planes() &&
-         a.block_tokens() == b.block_tokens() && a.num_heads() == b.num_heads() &&
-         a.head_dim() == b.head_dim() && a.dtype() == b.dtype();
+  return a.num_layers() == b.num_layers() && a.kv_planes() == b.kv_planes() && a.block_tokens() == b.block_tokens() &&
+         a.num_heads() == b.num_heads() && a.head_dim() == b.head_dim() && a.dtype() == b.dtype();
 }
 
 std::string LayoutString(const v1::KvLayout& l) {
-  return absl::StrFormat("%d layers x %d planes x %d tokens x %d heads x %d dims, %s", l.num_layers(),
-                         l.kv_planes(), l.block_tokens(), l.num_heads(), l.head_dim(),
-                         v1::DType_Name(l.dtype()));
+  return absl::StrFormat("%d layers x %d planes x %d tokens x %d heads x %d dims, %s", l.num_layers(), l.kv_planes(),
+                         l.block_tokens(), l.num_heads(), l.head_dim(), v1::DType_Name(l.dtype()));
 }
 
 }  // namespace kvferry

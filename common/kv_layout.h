@@ -16,7 +16,7 @@ uint32_t DTypeSize(v1::DType dtype);
 
 // Limits on registrations (documented in docs/architecture.md).
 constexpr uint32_t kMaxLayers = 4096;
-constexpr uint32_t kMaxDim = 1u << 16;           // block_tokens, num_heads, head_dim
+constexpr uint32_t kMaxDim = 1u << 16;  // block_tokens, num_heads, head_dim
 constexpr uint64_t kMaxSegmentBytes = 1ull << 30;
 constexpr uint64_t kMaxRegionBytes = 1ull << 44;  // 16 TiB
 constexpr uint32_t kMaxBlocks = 1u << 24;

@@ -17,8 +17,7 @@ bool InitLogging(const std::string& level, const std::string& file) {
   auto lvl = spdlog::level::from_str(level);
   // from_str maps unknown names to "off"; only accept an explicit "off".
   if (lvl == spdlog::level::off && level != "off") {
-    spdlog::error("unknown log level '{}' (use trace, debug, info, warn, error, critical, off)",
-                  level);
+    spdlog::error("unknown log level '{}' (use trace, debug, info, warn, error, critical, off)", level);
     return false;
   }
   std::shared_ptr<spdlog::logger> logger;

@@ -19,21 +19,19 @@ void CountErrorLog();
 
 }  // namespace kvferry
 
-#define KVF_LOG(level, component, fmtstr, ...) \
-  ::spdlog::level("[" component "] " fmtstr, ##__VA_ARGS__)
+#define KVF_LOG(level, component, fmtstr, ...) ::spdlog::level("[" component "] " fmtstr, ##__VA_ARGS__)
 
-#define KVF_XLOG(level, component, xfer_id, fmtstr, ...)                    \
-  ::spdlog::level("[" component "] [xfer={:016x}] " fmtstr,                 \
-                  static_cast<uint64_t>(xfer_id), ##__VA_ARGS__)
+#define KVF_XLOG(level, component, xfer_id, fmtstr, ...) \
+  ::spdlog::level("[" component "] [xfer={:016x}] " fmtstr, static_cast<uint64_t>(xfer_id), ##__VA_ARGS__)
 
-#define KVF_LOG_ERROR(component, fmtstr, ...)            \
-  do {                                                   \
-    ::kvferry::CountErrorLog();                          \
-    KVF_LOG(error, component, fmtstr, ##__VA_ARGS__);    \
+#define KVF_LOG_ERROR(component, fmtstr, ...)         \
+  do {                                                \
+    ::kvferry::CountErrorLog();                       \
+    KVF_LOG(error, component, fmtstr, ##__VA_ARGS__); \
   } while (0)
 
-#define KVF_XLOG_ERROR(component, xfer_id, fmtstr, ...)          \
-  do {                                                           \
-    ::kvferry::CountErrorLog();                                  \
-    KVF_XLOG(error, component, xfer_id, fmtstr, ##__VA_ARGS__);  \
+#define KVF_XLOG_ERROR(component, xfer_id, fmtstr, ...)         \
+  do {                                                          \
+    ::kvferry::CountErrorLog();                                 \
+    KVF_XLOG(error, component, xfer_id, fmtstr, ##__VA_ARGS__); \
   } while (0)

@@ -18,8 +18,7 @@ extern char** environ;
 namespace kvferry {
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
-                                                 const std::vector<std::string>& env,
-                                                 const std::string& log_path) {
+                                                 const std::vector<std::string>& env, const std::string& log_path) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot execute ", argv[0], ": ", std::strerror(errno)));

@@ -19,8 +19,7 @@ class ChildProcess {
   // argv[0] is the program path. `env` entries (NAME=value) are added to the
   // inherited environment. stdout+stderr go to `log_path` if non-empty.
   static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
-                                            const std::vector<std::string>& env = {},
-                                            const std::string& log_path = "");
+                                            const std::vector<std::string>& env = {}, const std::string& log_path = "");
   ChildProcess() = default;
   ChildProcess(ChildProcess&& o) noexcept : pid_(std::exchange(o.pid_, -1)) {}
   ChildProcess& operator=(ChildProcess&& o) noexcept;

@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "common/kv_layout.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "kvferry/v1/control.grpc.pb.h"
 #include "kvferry/v1/peer.grpc.pb.h"
@@ -201,8 +201,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     return grpc::Status::OK;
   }
 
-  grpc::Status GetTransfer(grpc::ServerContext*, const v1::GetTransferRequest* req,
-                           v1::TransferStatus* resp) override {
+  grpc::Status GetTransfer(grpc::ServerContext*, const v1::GetTransferRequest* req, v1::TransferStatus* resp) override {
     auto s = transfers_.Get(req->transfer_id());
     if (!s.ok()) return ToGrpc(s.status());
     *resp = *s;
@@ -298,8 +297,8 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     uint64_t id_;
   };
 
-  absl::Status BeginSend(grpc::CallbackServerContext* ctx, const v1::StartSendRequest& req,
-                         v1::StartSendResponse* resp, SendReactor* reactor) {
+  absl::Status BeginSend(grpc::CallbackServerContext* ctx, const v1::StartSendRequest& req, v1::StartSendResponse* resp,
+                         SendReactor* reactor) {
     KVF_RETURN_IF_ERROR(ValidateKey(req.transfer_key()));
     if (req.transfer_id() == 0) return absl::InvalidArgumentError("transfer_id must be non-zero");
     if (req.transport() != engine_->capabilities().name) {
@@ -445,8 +444,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
       open_calls_.erase(call.get());
     });
     transfers_.SetRunning(id);
-    KVF_XLOG(info, "transfer", id, "pulling {} blocks from {} into pool {}", blocks.size(), t.peer_address(),
-             pool->id);
+    KVF_XLOG(info, "transfer", id, "pulling {} blocks from {} into pool {}", blocks.size(), t.peer_address(), pool->id);
     return id;
   }
 

@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
       "(proto/kvferry/v1/control.proto); daemons stream blocks to each other over UCX.\n"
       "Usage: kvferryd [--listen=HOST:PORT] [--role=prefill|decode] [flags]");
   absl::FlagsUsageConfig cfg;
-  cfg.contains_helpshort_flags = [](absl::string_view f) { return f.find("server/main.cc") != absl::string_view::npos; };
+  cfg.contains_helpshort_flags = [](absl::string_view f) {
+    return f.find("server/main.cc") != absl::string_view::npos;
+  };
   cfg.contains_help_flags = cfg.contains_helpshort_flags;
   absl::SetFlagsUsageConfig(cfg);
   absl::ParseCommandLine(argc, argv);
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!kvferry::InitLogging(absl::GetFlag(FLAGS_log_level), absl::GetFlag(FLAGS_log_file))) return 2;
-  if (o.default_lease_ttl > o.max_lease_ttl || o.default_deadline > o.max_deadline || o.default_lease_ttl <= absl::ZeroDuration()) {
+  if (o.default_lease_ttl > o.max_lease_ttl || o.default_deadline > o.max_deadline ||
+      o.default_lease_ttl <= absl::ZeroDuration()) {
     std::cerr << "kvferryd: default lease/deadline must be positive and not above their maximum\n";
     return 2;
   }
@@ -84,7 +87,8 @@ int main(int argc, char** argv) {
     std::cerr << "kvferryd: " << daemon.status() << "\n";
     return 1;
   }
-  std::printf("kvferryd listening on port %d (peer address %s)\n", (*daemon)->port(), (*daemon)->peer_address().c_str());
+  std::printf("kvferryd listening on port %d (peer address %s)\n", (*daemon)->port(),
+              (*daemon)->peer_address().c_str());
   std::fflush(stdout);
 
   int sig = 0;

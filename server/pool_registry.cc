@@ -48,9 +48,9 @@ absl::StatusOr<std::shared_ptr<Pool>> PoolRegistry::Register(const v1::RegisterP
   }
   KVF_ASSIGN_OR_RETURN(auto shm, ShmSegment::Open(req.shm_name()));
   if (req.offset_bytes() > shm->size() || g.region_bytes > shm->size() - req.offset_bytes()) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "pool of %d bytes at offset %d does not fit in shm segment %s of %d bytes", g.region_bytes,
-        req.offset_bytes(), req.shm_name(), shm->size()));
+    return absl::OutOfRangeError(
+        absl::StrFormat("pool of %d bytes at offset %d does not fit in shm segment %s of %d bytes", g.region_bytes,
+                        req.offset_bytes(), req.shm_name(), shm->size()));
   }
   auto pool = std::make_shared<Pool>();
   pool->name = req.name();
@@ -69,8 +69,8 @@ absl::StatusOr<std::shared_ptr<Pool>> PoolRegistry::Register(const v1::RegisterP
       const uint64_t a0 = p->offset, a1 = p->offset + p->geometry.region_bytes;
       const uint64_t b0 = pool->offset, b1 = pool->offset + g.region_bytes;
       if (a0 < b1 && b0 < a1) {
-        return absl::AlreadyExistsError(absl::StrFormat(
-            "region [%d, %d) of %s overlaps pool '%s' [%d, %d)", b0, b1, req.shm_name(), p->name, a0, a1));
+        return absl::AlreadyExistsError(absl::StrFormat("region [%d, %d) of %s overlaps pool '%s' [%d, %d)", b0, b1,
+                                                        req.shm_name(), p->name, a0, a1));
       }
     }
   }

@@ -119,8 +119,8 @@ absl::StatusOr<v1::TransferStatus> TransferTable::WaitChange(uint64_t id, const 
     auto it = records_.find(id);
     if (it == records_.end()) return absl::NotFoundError(absl::StrFormat("no transfer %016x", id));
     const Record& r = *it->second;
-    const bool changed = r.state != last.state() ||
-                         r.counters->chunks_done.load(std::memory_order_relaxed) != last.chunks_done();
+    const bool changed =
+        r.state != last.state() || r.counters->chunks_done.load(std::memory_order_relaxed) != last.chunks_done();
     if (changed || absl::Now() >= until) return ToProto(r);
     // Progress counters are updated without this lock: re-check every 20 ms.
     auto state_changed = [&r, &last]() { return r.state != last.state(); };

@@ -35,8 +35,7 @@ void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
 
 absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, uint64_t payload_received) {
   if (msg == nullptr || size != kChunkHeaderBytes) {
-    return absl::DataLossError(
-        absl::StrFormat("chunk header of %d bytes, expected %d", size, kChunkHeaderBytes));
+    return absl::DataLossError(absl::StrFormat("chunk header of %d bytes, expected %d", size, kChunkHeaderBytes));
   }
   const uint32_t magic = Get<uint32_t>(msg, 0);
   if (magic != kChunkMagic) {
@@ -59,12 +58,11 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, ui
     return absl::DataLossError(absl::StrFormat("chunk has invalid transfer id %016x", h.transfer_id));
   }
   if (h.seq >= h.chunk_count) {
-    return absl::DataLossError(
-        absl::StrFormat("chunk seq %d out of range (chunk_count %d)", h.seq, h.chunk_count));
+    return absl::DataLossError(absl::StrFormat("chunk seq %d out of range (chunk_count %d)", h.seq, h.chunk_count));
   }
   if (h.length != payload_received) {
-    return absl::DataLossError(absl::StrFormat("chunk header says %d payload bytes, got %d",
-                                               h.length, payload_received));
+    return absl::DataLossError(
+        absl::StrFormat("chunk header says %d payload bytes, got %d", h.length, payload_received));
   }
   return h;
 }

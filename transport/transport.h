@@ -37,8 +37,8 @@ struct Completion {
 
 // What an implementation can do, queried once at setup.
 struct Capabilities {
-  std::string name;           // "ucx", "loopback"
-  bool cuda_memory = false;   // can send/receive GPU memory directly
+  std::string name;          // "ucx", "loopback"
+  bool cuda_memory = false;  // can send/receive GPU memory directly
 };
 
 // A connection to one peer, shared by every transfer to it. Abort() (or

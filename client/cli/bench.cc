@@ -39,9 +39,21 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view s) {
   uint64_t mult = 1;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'K': case 'k': mult = 1ull << 10; s.remove_suffix(1); break;
-      case 'M': case 'm': mult = 1ull << 20; s.remove_suffix(1); break;
-      case 'G': case 'g': mult = 1ull << 30; s.remove_suffix(1); break;
+      case 'K':
+      case 'k':
+        mult = 1ull << 10;
+        s.remove_suffix(1);
+        break;
+      case 'M':
+      case 'm':
+        mult = 1ull << 20;
+        s.remove_suffix(1);
+        break;
+      case 'G':
+      case 'g':
+        mult = 1ull << 30;
+        s.remove_suffix(1);
+        break;
     }
   }
   uint64_t v = 0;
@@ -82,7 +94,8 @@ absl::StatusOr<double> PerftestGBps(const std::string& bin, uint64_t size, uint3
   for (int attempt = 0; attempt < 3; ++attempt) {
     const int port = FreePort();
     const std::string log = absl::StrCat(dir, "/perftest-", size, ".log");
-    auto server = ChildProcess::Spawn({bin, "-p", std::to_string(port)}, UcxLoopbackEnv(), dir + "/perftest-server.log");
+    auto server =
+        ChildProcess::Spawn({bin, "-p", std::to_string(port)}, UcxLoopbackEnv(), dir + "/perftest-server.log");
     if (!server.ok()) return server.status();
     absl::SleepFor(absl::Milliseconds(300));
     auto client = ChildProcess::Spawn({bin, "127.0.0.1", "-p", std::to_string(port), "-t", "tag_bw", "-s",
@@ -209,7 +222,8 @@ int RunBench(const std::vector<std::string>&) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     const double med = median(e2e), med_x = median(xfer), base = median(base_runs);
-    const std::string size_s = size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
+    const std::string size_s =
+        size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
     std::printf("%10s %6u %12.2f %12.2f %16s %8s %s\n", size_s.c_str(), iters, med, med_x,
                 base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
                 base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
@@ -222,8 +236,9 @@ int RunBench(const std::vector<std::string>&) {
         si + 1 < sizes.size() ? "," : "");
   }
   json += "  ]\n}\n";
-  std::printf("e2e: Publish -> Pull -> done as seen by the decode worker (median); xfer: the daemon's transfer time;\n"
-              "ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over rounds (1 GB = 10^9 bytes).\n");
+  std::printf(
+      "e2e: Publish -> Pull -> done as seen by the decode worker (median); xfer: the daemon's transfer time;\n"
+      "ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over rounds (1 GB = 10^9 bytes).\n");
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::ofstream f(absl::GetFlag(FLAGS_json));
     f << json;

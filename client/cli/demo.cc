@@ -36,8 +36,8 @@ int RunDemo(const std::vector<std::string>&) {
   if (!daemons.ok()) return std::cerr << "kvferry demo: " << daemons.status() << "\n", 1;
   LocalDaemon& p = (*daemons)[0];
   LocalDaemon& d = (*daemons)[1];
-  std::printf("  prefill kvferryd at %s (pid %d), decode kvferryd at %s (pid %d)\n", p.address.c_str(),
-              p.process.pid(), d.address.c_str(), d.process.pid());
+  std::printf("  prefill kvferryd at %s (pid %d), decode kvferryd at %s (pid %d)\n", p.address.c_str(), p.process.pid(),
+              d.address.c_str(), d.process.pid());
 
   int rc = 0;
   {
@@ -75,9 +75,9 @@ int RunDemo(const std::vector<std::string>&) {
     }
     auto ticket = (*pc)->Publish((*ppool)->id(), src);
     if (!ticket.ok()) return std::cerr << "kvferry demo: publish: " << ticket.status() << "\n", 1;
-    std::printf("  published %u blocks (%u tokens), key %.8s..., lease until %s\n", n, n * 16,
-                ticket->transfer_key().c_str(),
-                absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(ticket->expires_unix_ms()), absl::LocalTimeZone()).c_str());
+    std::printf(
+        "  published %u blocks (%u tokens), key %.8s..., lease until %s\n", n, n * 16, ticket->transfer_key().c_str(),
+        absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(ticket->expires_unix_ms()), absl::LocalTimeZone()).c_str());
 
     const absl::Time t0 = absl::Now();
     auto id = (*dc)->Pull(*ticket, (*dpool)->id(), dst);
@@ -118,7 +118,8 @@ int RunDemo(const std::vector<std::string>&) {
     std::printf("  chunks      %u\n", last->chunks_done());
     std::printf("  seconds     %.4f (pull to done, as seen by the decode worker)\n", secs);
     std::printf("  throughput  %.2f GB/s\n", last->total_bytes() / 1e9 / secs);
-    std::printf("  verified: %u blocks bit-exact%s\n", same, same == n ? "" : absl::StrFormat(" of %u (MISMATCH)", n).c_str());
+    std::printf("  verified: %u blocks bit-exact%s\n", same,
+                same == n ? "" : absl::StrFormat(" of %u (MISMATCH)", n).c_str());
     if (!untouched) std::printf("  ERROR: blocks outside the request were written\n");
     if (same != n || !untouched) rc = 1;
   }

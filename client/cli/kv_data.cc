@@ -26,7 +26,7 @@ uint16_t ToBf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
+  u += 0x7fff + ((u >> 16) & 1);                                                      // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 

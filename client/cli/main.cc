@@ -46,7 +46,8 @@ constexpr char kUsage[] =
     "  status                           daemon status (--daemon)\n"
     "  pool create                      create a shm segment and register it as a host pool\n"
     "                                   (--name --layout --dtype --blocks); the segment outlives the command\n"
-    "  pool register                    register an existing segment (--name --shm --offset --layout --dtype --blocks)\n"
+    "  pool register                    register an existing segment (--name --shm --offset --layout --dtype "
+    "--blocks)\n"
     "  pool unregister                  (--pool)\n"
     "  publish                          publish blocks under a lease, write the ticket as JSON\n"
     "                                   (--pool --block_ids [--ttl_ms] [--ticket=FILE|-])\n"
@@ -76,15 +77,13 @@ void PrintTransfer(const v1::TransferStatus& s) {
   std::printf("transfer %016llx %-9s %llu/%llu bytes %u/%u chunks %.3f s%s%s\n",
               static_cast<unsigned long long>(s.transfer_id()), kvferry::client::StateName(s.state()).c_str(),
               static_cast<unsigned long long>(s.bytes_done()), static_cast<unsigned long long>(s.total_bytes()),
-              s.chunks_done(), s.chunks_total(), s.elapsed_us() / 1e6, s.error().empty() ? "" : " error: ",
-              s.error().c_str());
+              s.chunks_done(), s.chunks_total(), s.elapsed_us() / 1e6,
+              s.error().empty() ? "" : " error: ", s.error().c_str());
 }
 
 int ExitFor(const v1::TransferStatus& s) { return s.state() == v1::TRANSFER_STATE_DONE ? 0 : 1; }
 
-bool ParseId(const std::string& s, uint64_t* id) {
-  return absl::SimpleHexAtoi(s, id) && *id != 0;
-}
+bool ParseId(const std::string& s, uint64_t* id) { return absl::SimpleHexAtoi(s, id) && *id != 0; }
 
 int CmdStatus() {
   auto c = ConnectOrDie();
@@ -94,8 +93,8 @@ int CmdStatus() {
               st->peer_address().c_str(), st->transport().c_str());
   std::printf("leases=%u active_transfers=%u done=%llu failed=%llu bytes_sent=%llu bytes_received=%llu\n",
               st->active_leases(), st->active_transfers(), static_cast<unsigned long long>(st->transfers_done()),
-              static_cast<unsigned long long>(st->transfers_failed()), static_cast<unsigned long long>(st->bytes_sent()),
-              static_cast<unsigned long long>(st->bytes_received()));
+              static_cast<unsigned long long>(st->transfers_failed()),
+              static_cast<unsigned long long>(st->bytes_sent()), static_cast<unsigned long long>(st->bytes_received()));
   std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free\n",
               static_cast<unsigned long long>(st->staging_bytes()), st->send_slots_free(), st->send_slots(),
               st->recv_slots_free(), st->recv_slots());

@@ -1,9 +1,10 @@
+#include "kernels/checksum.h"
+
 #include <immintrin.h>
 
 #include <array>
 #include <cstring>
 
-#include "kernels/checksum.h"
 #include "kernels/checksum_core.h"
 
 namespace kvferry {

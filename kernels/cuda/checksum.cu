@@ -50,9 +50,7 @@ __global__ void Kvsum64Blocks(const uint8_t* data, uint64_t n, unsigned long lon
   if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));
 }
 
-__global__ void Kvsum64Finish(unsigned long long* sum, uint64_t n) {
-  *sum = Finish(*sum, n);
-}
+__global__ void Kvsum64Finish(unsigned long long* sum, uint64_t n) { *sum = Finish(*sum, n); }
 
 }  // namespace
 

@@ -1,10 +1,10 @@
 // kvsum64 on the GPU: same result as kvferry::Kvsum64 for the same bytes.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime_api.h>
 
 namespace kvferry::cuda {
 

@@ -1,7 +1,10 @@
 // kvsum64 on the GPU equals kvsum64 on the CPU, byte for byte, for every size
 // class and alignment; prints GPU throughput. Needs a CUDA device: without one
 // the test reports itself skipped (it runs on the GPU host, see docs/performance.md).
+#include "kernels/cuda/checksum_cuda.h"
+
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,10 +12,7 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/checksum.h"
-#include "kernels/cuda/checksum_cuda.h"
 
 namespace kvferry {
 namespace {
@@ -40,8 +40,8 @@ TEST_F(CudaChecksum, MatchesCpuForAllSizesAndAlignments) {
   cudaStream_t s;
   CUDA_OK(cudaStreamCreate(&s));
   for (size_t off : {size_t{0}, size_t{3}, size_t{8}}) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{63}, size_t{4095}, size_t{4096},
-                     size_t{4097}, size_t{12345}, size_t{1} << 20, size_t{8} << 20}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{63}, size_t{4095}, size_t{4096}, size_t{4097},
+                     size_t{12345}, size_t{1} << 20, size_t{8} << 20}) {
       CUDA_OK(cuda::Kvsum64Async(dev + off, n, out, s));
       uint64_t got = 0;
       CUDA_OK(cudaMemcpyAsync(&got, out, 8, cudaMemcpyDeviceToHost, s));

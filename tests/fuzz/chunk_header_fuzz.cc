@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&payload, data, 4);
   auto h = ParseChunkHeader(data + 4, size - 4, payload);
   if (!h.ok()) return 0;
-  if (size - 4 != kChunkHeaderBytes || h->transfer_id == 0 || (h->transfer_id >> 63) != 0 ||
-      h->seq >= h->chunk_count || h->length != payload) {
+  if (size - 4 != kChunkHeaderBytes || h->transfer_id == 0 || (h->transfer_id >> 63) != 0 || h->seq >= h->chunk_count ||
+      h->length != payload) {
     std::abort();
   }
   uint8_t again[kChunkHeaderBytes];

@@ -1,11 +1,10 @@
 // The `kvferry` CLI as a user runs it: the demo end to end, the pool/publish/
 // pull/get flow between two real daemons, and clear failures on bad usage.
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"

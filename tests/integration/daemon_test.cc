@@ -2,11 +2,10 @@
 // other and moving chunks over UCX (TCP on loopback).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
 #include "common/shm.h"
@@ -108,7 +107,8 @@ TEST_F(DaemonPairTest, ManyConcurrentPullsAllArriveIntact) {
 
 TEST_F(DaemonPairTest, BadRegistrationsGetClearErrors) {
   auto& cl = *decode_->client;
-  const std::string shm_name = "/kvferry-test-" + std::to_string(getpid()) + "-" + std::to_string(absl::ToUnixNanos(absl::Now()));
+  const std::string shm_name =
+      "/kvferry-test-" + std::to_string(getpid()) + "-" + std::to_string(absl::ToUnixNanos(absl::Now()));
   auto seg = ShmSegment::Create(shm_name, 1 << 20);
   ASSERT_TRUE(seg.ok());
   auto req = [&](const std::string& name, uint64_t offset, uint32_t blocks) {
@@ -123,14 +123,14 @@ TEST_F(DaemonPairTest, BadRegistrationsGetClearErrors) {
   };
   auto code = [&](const v1::RegisterPoolRequest& r) { return cl.RegisterPool(r).status().code(); };
 
-  EXPECT_TRUE(cl.RegisterPool(req("a", 0, 8)).ok());                                  // [0, 256K)
-  EXPECT_EQ(code(req("b", 128 << 10, 8)), absl::StatusCode::kAlreadyExists);           // overlaps a
-  EXPECT_TRUE(cl.RegisterPool(req("c", 256 << 10, 8)).ok());                          // adjacent: fine
-  EXPECT_EQ(code(req("a", 512 << 10, 1)), absl::StatusCode::kAlreadyExists);           // duplicate name
-  EXPECT_EQ(code(req("d", 512 << 10, 64)), absl::StatusCode::kOutOfRange);             // past the segment
-  EXPECT_EQ(code(req("e", (1 << 20) + 4096, 1)), absl::StatusCode::kOutOfRange);       // offset past the end
-  EXPECT_EQ(code(req("f", 100, 1)), absl::StatusCode::kInvalidArgument);               // misaligned
-  EXPECT_EQ(code(req("g", 0, 0)), absl::StatusCode::kInvalidArgument);                 // no blocks
+  EXPECT_TRUE(cl.RegisterPool(req("a", 0, 8)).ok());                              // [0, 256K)
+  EXPECT_EQ(code(req("b", 128 << 10, 8)), absl::StatusCode::kAlreadyExists);      // overlaps a
+  EXPECT_TRUE(cl.RegisterPool(req("c", 256 << 10, 8)).ok());                      // adjacent: fine
+  EXPECT_EQ(code(req("a", 512 << 10, 1)), absl::StatusCode::kAlreadyExists);      // duplicate name
+  EXPECT_EQ(code(req("d", 512 << 10, 64)), absl::StatusCode::kOutOfRange);        // past the segment
+  EXPECT_EQ(code(req("e", (1 << 20) + 4096, 1)), absl::StatusCode::kOutOfRange);  // offset past the end
+  EXPECT_EQ(code(req("f", 100, 1)), absl::StatusCode::kInvalidArgument);          // misaligned
+  EXPECT_EQ(code(req("g", 0, 0)), absl::StatusCode::kInvalidArgument);            // no blocks
   EXPECT_EQ(code(req("bad name!", 768 << 10, 1)), absl::StatusCode::kInvalidArgument);
   auto r = req("h", 768 << 10, 1);
   r.set_shm_name("/kvferry-no-such-segment");

@@ -1,11 +1,11 @@
+#include "kernels/checksum.h"
+
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include "kernels/checksum.h"
 
 namespace kvferry {
 namespace {
@@ -61,7 +61,8 @@ TEST(Kvsum64, BuilderMatchesOneShotForAnySplit) {
 TEST(Kvsum64, SimdMatchesScalarReference) {
   auto data = RandomBytes(4096 + 64, 5);
   for (size_t off : {size_t{0}, size_t{1}, size_t{7}}) {
-    for (size_t m : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4095}, size_t{4096}}) {
+    for (size_t m :
+         {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4095}, size_t{4096}}) {
       EXPECT_EQ(Kvsum64BlockDigest(data.data() + off, m, 3), Kvsum64BlockDigestScalar(data.data() + off, m, 3))
           << "off " << off << " m " << m;
     }

@@ -1,9 +1,9 @@
-#include <cstring>
-#include <vector>
+#include "transport/chunk.h"
 
 #include <gtest/gtest.h>
 
-#include "transport/chunk.h"
+#include <cstring>
+#include <vector>
 
 namespace kvferry::transport {
 namespace {

@@ -1,18 +1,19 @@
 // Conformance tests of the pipeline engine over every Transport implementation
 // (in-process loopback and UCX over TCP on loopback).
+#include "transport/pipeline/engine.h"
+
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <future>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/synchronization/notification.h"
 #include "kernels/checksum.h"
 #include "transport/chunk.h"
 #include "transport/loopback/loopback_transport.h"
-#include "transport/pipeline/engine.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace kvferry::pipeline {
@@ -89,7 +90,8 @@ TEST_P(EngineTest, MovesBytesExactlyAcrossSizesAndLayouts) {
       auto counters = std::make_shared<TransferCounters>();
       Result rr, sr;
       ASSERT_TRUE(rx->StartRecv({id, d, o.chunk_bytes, absl::Now() + absl::Seconds(10), counters, rr.cb()}).ok());
-      ASSERT_TRUE(tx->StartSend({id, rx->address(), s, o.chunk_bytes, absl::Now() + absl::Seconds(10), nullptr, sr.cb()}).ok());
+      ASSERT_TRUE(
+          tx->StartSend({id, rx->address(), s, o.chunk_bytes, absl::Now() + absl::Seconds(10), nullptr, sr.cb()}).ok());
       EXPECT_TRUE(rr.Get().ok()) << total << "/" << seg;
       EXPECT_TRUE(sr.Get().ok());
       EXPECT_EQ(src, dst) << "total " << total << " seg " << seg;
@@ -104,7 +106,8 @@ TEST_P(EngineTest, MovesBytesExactlyAcrossSizesAndLayouts) {
 TEST_P(EngineTest, EmptyTransferEndsAtOnce) {
   auto rx = NewEngine();
   Result r;
-  ASSERT_TRUE(rx->StartRecv({5, SegmentList(std::vector<Segment>{}), 4096, absl::InfiniteFuture(), nullptr, r.cb()}).ok());
+  ASSERT_TRUE(
+      rx->StartRecv({5, SegmentList(std::vector<Segment>{}), 4096, absl::InfiniteFuture(), nullptr, r.cb()}).ok());
   EXPECT_TRUE(r.Get().ok());
 }
 
@@ -177,8 +180,9 @@ TEST_P(EngineTest, CorruptOrMalformedChunksFailTheTransferAndWriteNothing) {
     const uint64_t id = c.h.transfer_id == 999 ? 15 : c.h.transfer_id;
     std::vector<uint8_t> dst(8192, 0);
     Result r;
-    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096,
-                               absl::Now() + absl::Seconds(10), nullptr, r.cb()}).ok());
+    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096, absl::Now() + absl::Seconds(10),
+                               nullptr, r.cb()})
+                    .ok());
     auto p = payload;
     if (c.flip_payload) p[100] ^= 0x10;
     RawSender(NewTransport(), rx->address()).Send(id, Header(c.h), p);
@@ -201,8 +205,9 @@ TEST_P(EngineTest, CorruptOrMalformedChunksFailTheTransferAndWriteNothing) {
     ++id;
     std::vector<uint8_t> dst(4096, 0);
     Result res;
-    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096,
-                               absl::Now() + absl::Seconds(10), nullptr, res.cb()}).ok());
+    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096, absl::Now() + absl::Seconds(10),
+                               nullptr, res.cb()})
+                    .ok());
     RawSender(NewTransport(), rx->address()).Send(id, r.header, r.payload);
     absl::Status st = res.Get();
     EXPECT_FALSE(st.ok()) << r.name;
@@ -217,10 +222,12 @@ TEST_P(EngineTest, CancelAndDeadlineEndJobsAndFreeStaging) {
   auto rx = NewEngine(EngineOptions{64 << 10, 1 << 20, 8});
   std::vector<uint8_t> dst(1 << 20);
   Result cancelled, expired;
-  ASSERT_TRUE(rx->StartRecv({31, SegmentList({{dst.data(), dst.size()}}), 64 << 10, absl::InfiniteFuture(),
-                             nullptr, cancelled.cb()}).ok());
+  ASSERT_TRUE(rx->StartRecv({31, SegmentList({{dst.data(), dst.size()}}), 64 << 10, absl::InfiniteFuture(), nullptr,
+                             cancelled.cb()})
+                  .ok());
   ASSERT_TRUE(rx->StartRecv({32, SegmentList({{dst.data(), dst.size()}}), 64 << 10,
-                             absl::Now() + absl::Milliseconds(100), nullptr, expired.cb()}).ok());
+                             absl::Now() + absl::Milliseconds(100), nullptr, expired.cb()})
+                  .ok());
   rx->Cancel(Direction::kRecv, 31, absl::CancelledError("by test"));
   EXPECT_EQ(cancelled.Get().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(expired.Get().code(), absl::StatusCode::kDeadlineExceeded);
@@ -234,8 +241,8 @@ TEST_P(EngineTest, SenderToMissingReceiverFails) {
   std::vector<uint8_t> src(1 << 20, 1);
   Result r;
   std::string addr = GetParam() == "loopback" ? "loopback:none" : std::string("junk-address");
-  auto st = tx->StartSend({41, addr, SegmentList({{src.data(), src.size()}}), 1 << 20,
-                           absl::Now() + absl::Seconds(2), nullptr, r.cb()});
+  auto st = tx->StartSend(
+      {41, addr, SegmentList({{src.data(), src.size()}}), 1 << 20, absl::Now() + absl::Seconds(2), nullptr, r.cb()});
   if (st.ok()) EXPECT_FALSE(r.Get().ok());
 }
 

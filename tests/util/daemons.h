@@ -1,12 +1,12 @@
 // Test helpers: real kvferryd processes on port 0, clients, small KV pools.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"

@@ -110,15 +110,12 @@ class LoopbackTransport final : public Transport {
     unexpected_.push_back(Unexpected{tag, std::string(static_cast<const char*>(data), len)});
   }
 
-  void PushCompletion(Completion c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fabric_->mu) {
-    done_.push_back(std::move(c));
-  }
+  void PushCompletion(Completion c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fabric_->mu) { done_.push_back(std::move(c)); }
 
   LoopbackFabric* fabric() const { return fabric_.get(); }
 
  private:
-  void Deliver(const PostedRecv& r, const void* data, size_t len)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(fabric_->mu) {
+  void Deliver(const PostedRecv& r, const void* data, size_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fabric_->mu) {
     if (len > r.capacity) {
       done_.push_back(Completion{r.cookie, absl::OutOfRangeError("receive: message truncated"), 0});
       return;
@@ -172,8 +169,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> LoopbackTransport::Connect(const std::
   return std::unique_ptr<Endpoint>(new LoopbackEndpoint(this, peer_address));
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> CreateLoopbackTransport(
-    std::shared_ptr<LoopbackFabric> fabric) {
+absl::StatusOr<std::unique_ptr<Transport>> CreateLoopbackTransport(std::shared_ptr<LoopbackFabric> fabric) {
   if (fabric == nullptr) return absl::InvalidArgumentError("null loopback fabric");
   return std::unique_ptr<Transport>(new LoopbackTransport(std::move(fabric)));
 }

@@ -15,7 +15,6 @@ class LoopbackFabric;
 // A fresh fabric; transports keep it alive.
 std::shared_ptr<LoopbackFabric> NewLoopbackFabric();
 
-absl::StatusOr<std::unique_ptr<Transport>> CreateLoopbackTransport(
-    std::shared_ptr<LoopbackFabric> fabric);
+absl::StatusOr<std::unique_ptr<Transport>> CreateLoopbackTransport(std::shared_ptr<LoopbackFabric> fabric);
 
 }  // namespace kvferry::transport

@@ -11,8 +11,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "common/mutex.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "kernels/checksum.h"
 #include "transport/chunk.h"
 
@@ -46,8 +46,7 @@ class StagingPool {
   absl::Status Init(size_t slot_bytes, size_t count) {
     slot_bytes_ = (slot_bytes + 4095) & ~size_t{4095};
     bytes_ = slot_bytes_ * count;
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(absl::StrFormat("cannot map %d bytes of staging", bytes_));
     }
@@ -84,8 +83,8 @@ struct Job {
   absl::Time deadline;
   std::shared_ptr<TransferCounters> counters;
   DoneCallback done;
-  std::string peer_address;                    // send only
-  std::shared_ptr<transport::Endpoint> ep;     // send only; shared per peer
+  std::string peer_address;                 // send only
+  std::shared_ptr<transport::Endpoint> ep;  // send only; shared per peer
   absl::Time failed_at = absl::InfiniteFuture();
   uint32_t next_seq = 0;   // send: next chunk to gather; recv: receives posted so far
   uint32_t completed = 0;  // chunks sent / verified
@@ -97,7 +96,7 @@ struct Job {
     absl::Status status;
   };
   absl::flat_hash_map<int, Slot> inflight;
-  std::vector<bool> received;                   // recv only
+  std::vector<bool> received;  // recv only
   bool ending = false;
   absl::Status result;
 
@@ -126,8 +125,8 @@ class Engine::Impl {
     const uint64_t slot = kPayloadOffset + options_.chunk_bytes;
     const uint64_t slots = options_.staging_bytes / slot;
     if (slots < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "staging_bytes %d holds no chunk of %d bytes", options_.staging_bytes, options_.chunk_bytes));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("staging_bytes %d holds no chunk of %d bytes", options_.staging_bytes, options_.chunk_bytes));
     }
     if (slots > kSlotMask) return absl::InvalidArgumentError("too many staging slots");
     auto st = send_pool_.Init(slot, slots);
@@ -160,8 +159,8 @@ class Engine::Impl {
     }
     if (!done) return absl::InvalidArgumentError("missing done callback");
     if (chunk_bytes == 0 || chunk_bytes > options_.chunk_bytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "chunk_bytes %d not in [1, %d] (this daemon's --chunk_bytes)", chunk_bytes, options_.chunk_bytes));
+      return absl::InvalidArgumentError(absl::StrFormat("chunk_bytes %d not in [1, %d] (this daemon's --chunk_bytes)",
+                                                        chunk_bytes, options_.chunk_bytes));
     }
     if (ChunkCount(segs.total(), chunk_bytes) > (1u << 31)) {
       return absl::InvalidArgumentError("transfer has too many chunks");
@@ -169,9 +168,8 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
-  absl::Status Start(Direction dir, uint64_t id, SegmentList segs, uint64_t chunk_bytes,
-                     absl::Time deadline, std::shared_ptr<TransferCounters> counters,
-                     DoneCallback done, std::string peer) {
+  absl::Status Start(Direction dir, uint64_t id, SegmentList segs, uint64_t chunk_bytes, absl::Time deadline,
+                     std::shared_ptr<TransferCounters> counters, DoneCallback done, std::string peer) {
     auto st = Validate(id, segs, chunk_bytes, done);
     if (!st.ok()) return st;
     auto job = std::make_unique<Job>();
@@ -263,8 +261,8 @@ class Engine::Impl {
         const absl::Time now = absl::Now();
         for (auto& [key, j] : jobs_) {
           if (!j->ending && now > j->deadline) {
-            Fail(j.get(), absl::DeadlineExceededError(absl::StrFormat(
-                              "deadline passed after %d of %d chunks", j->completed, j->chunk_count)));
+            Fail(j.get(), absl::DeadlineExceededError(
+                              absl::StrFormat("deadline passed after %d of %d chunks", j->completed, j->chunk_count)));
           }
         }
         Reap(now);
@@ -299,8 +297,7 @@ class Engine::Impl {
       }
     }
     KVF_XLOG(debug, "engine", j->id, "{} job: {} bytes in {} chunks of {}",
-             j->dir == Direction::kSend ? "send" : "receive", j->segs.total(), j->chunk_count,
-             j->chunk_bytes);
+             j->dir == Direction::kSend ? "send" : "receive", j->segs.total(), j->chunk_count, j->chunk_bytes);
     const uint64_t key = j->key;
     jobs_[key] = std::move(j);
   }
@@ -455,8 +452,8 @@ class Engine::Impl {
     }
     const uint64_t sum = Kvsum64(payload, h.length);
     if (sum != h.checksum) {
-      return absl::DataLossError(absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x",
-                                                 h.seq, sum, h.checksum));
+      return absl::DataLossError(
+          absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", h.seq, sum, h.checksum));
     }
     j->segs.Scatter(off, h.length, payload);
     j->received[h.seq] = true;

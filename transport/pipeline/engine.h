@@ -38,10 +38,10 @@ struct TransferCounters {
 using DoneCallback = std::function<void(absl::Status)>;
 
 struct SendSpec {
-  uint64_t transfer_id = 0;        // message tag; non-zero
-  std::string peer_address;        // receiver's transport address
+  uint64_t transfer_id = 0;  // message tag; non-zero
+  std::string peer_address;  // receiver's transport address
   SegmentList source;
-  uint64_t chunk_bytes = 0;        // <= this engine's chunk_bytes
+  uint64_t chunk_bytes = 0;  // <= this engine's chunk_bytes
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<TransferCounters> counters;  // optional
   DoneCallback done;
@@ -50,7 +50,7 @@ struct SendSpec {
 struct RecvSpec {
   uint64_t transfer_id = 0;
   SegmentList destination;
-  uint64_t chunk_bytes = 0;        // <= this engine's chunk_bytes
+  uint64_t chunk_bytes = 0;  // <= this engine's chunk_bytes
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<TransferCounters> counters;
   DoneCallback done;
@@ -58,8 +58,8 @@ struct RecvSpec {
 
 struct EngineOptions {
   uint64_t chunk_bytes = 1ull << 20;     // largest chunk payload
-  uint64_t staging_bytes = 64ull << 20;   // per direction (send, receive)
-  uint32_t window = 4;                    // chunks in flight per transfer
+  uint64_t staging_bytes = 64ull << 20;  // per direction (send, receive)
+  uint32_t window = 4;                   // chunks in flight per transfer
 };
 
 struct EngineStats {
@@ -74,8 +74,8 @@ enum class Direction { kSend, kRecv };
 
 class Engine {
  public:
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(
-      std::unique_ptr<transport::Transport> transport, const EngineOptions& options);
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<transport::Transport> transport,
+                                                        const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -1,7 +1,5 @@
 #include "transport/ucx/ucx_transport.h"
 
-#include "transport/ucx/address.h"
-
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
@@ -14,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "transport/ucx/address.h"
 
 namespace kvferry::transport {
 
@@ -101,8 +100,8 @@ class UcxTransport final : public Transport {
     // it outlives the UCX endpoint (its destructor force-closes it).
     auto endpoint = std::make_unique<UcxEndpoint>(this);
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(body->data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxTransport::OnEpError;
@@ -118,8 +117,8 @@ class UcxTransport final : public Transport {
     auto* op = new OpCtx{this, cookie, 0};
     ucp_request_param_t param{};
     ucp_tag_recv_info_t info{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO |
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                         UCP_OP_ATTR_FIELD_RECV_INFO |
                          UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // UCX 1.13 leaves tag_info unset in place
     param.datatype = ucp_dt_make_contig(1);
     param.cb.recv = &UcxTransport::OnRecv;
@@ -163,7 +162,9 @@ class UcxTransport final : public Transport {
     if (efd_ < 0) return;
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) return;  // events pending: do not sleep
-    struct pollfd pfd{efd_, POLLIN, 0};
+    struct pollfd pfd {
+      efd_, POLLIN, 0
+    };
     const int ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
     (void)poll(&pfd, 1, ms < 0 ? 0 : ms);
   }
@@ -176,8 +177,7 @@ class UcxTransport final : public Transport {
   absl::Status Send(ucp_ep_h ep, uint64_t tag, const void* buf, size_t len, uint64_t cookie) {
     auto* op = new OpCtx{this, cookie, len};
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_contig(1);
     param.cb.send = &UcxTransport::OnSend;
     param.user_data = op;
@@ -245,19 +245,16 @@ class UcxTransport final : public Transport {
 
   static void OnSend(void* request, ucs_status_t status, void* user_data) {
     auto* op = static_cast<OpCtx*>(user_data);
-    op->transport->done_.push_back(
-        Completion{op->cookie, FromUcsStatus(status, "send"), op->length});
+    op->transport->done_.push_back(Completion{op->cookie, FromUcsStatus(status, "send"), op->length});
     delete op;
     ucp_request_free(request);
   }
 
-  static void OnRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                     void* user_data) {
+  static void OnRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
     auto* op = static_cast<OpCtx*>(user_data);
     UcxTransport* t = op->transport;
     t->recvs_.erase(op->cookie);
-    t->done_.push_back(Completion{op->cookie, FromUcsStatus(status, "receive"),
-                                  status == UCS_OK ? info->length : 0});
+    t->done_.push_back(Completion{op->cookie, FromUcsStatus(status, "receive"), status == UCS_OK ? info->length : 0});
     delete op;
     ucp_request_free(request);
   }
