@@ -45,6 +45,16 @@ std::unique_ptr<grpc::ClientContext> Client::Context() const {
   return ctx;
 }
 
+// One unary Control call with the client's deadline.
+template <typename Req, typename Resp>
+absl::StatusOr<Resp> Client::Call(grpc::Status (v1::Control::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                                  const Req& req) const {
+  auto ctx = Context();
+  Resp resp;
+  KVF_RETURN_IF_ERROR(FromGrpc((stub_.get()->*method)(ctx.get(), req, &resp)));
+  return resp;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, absl::Duration wait_ready) {
   if (address.empty()) return absl::InvalidArgumentError("empty daemon address");
   auto ch = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
@@ -55,17 +65,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
 }
 
 absl::StatusOr<v1::GetStatusResponse> Client::Status() {
-  auto ctx = Context();
-  v1::GetStatusResponse resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->GetStatus(ctx.get(), v1::GetStatusRequest(), &resp)));
-  return resp;
+  return Call(&v1::Control::Stub::GetStatus, v1::GetStatusRequest());
 }
 
 absl::StatusOr<v1::RegisterPoolResponse> Client::RegisterPool(const v1::RegisterPoolRequest& req) {
-  auto ctx = Context();
-  v1::RegisterPoolResponse resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->RegisterPool(ctx.get(), req, &resp)));
-  return resp;
+  return Call(&v1::Control::Stub::RegisterPool, req);
 }
 
 absl::StatusOr<std::unique_ptr<HostPool>> Client::CreateHostPool(const std::string& name, const v1::KvLayout& layout,
@@ -95,53 +99,42 @@ absl::StatusOr<std::unique_ptr<HostPool>> Client::CreateHostPool(const std::stri
 }
 
 absl::Status Client::UnregisterPool(uint64_t pool_id) {
-  auto ctx = Context();
   v1::UnregisterPoolRequest req;
   req.set_pool_id(pool_id);
-  v1::UnregisterPoolResponse resp;
-  return FromGrpc(stub_->UnregisterPool(ctx.get(), req, &resp));
+  return Call(&v1::Control::Stub::UnregisterPool, req).status();
 }
 
 absl::StatusOr<v1::Ticket> Client::Publish(uint64_t pool_id, const std::vector<uint32_t>& block_ids,
                                            absl::Duration ttl) {
-  auto ctx = Context();
   v1::PublishRequest req;
   req.set_pool_id(pool_id);
   for (uint32_t b : block_ids) req.add_block_ids(b);
   req.set_lease_ttl_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(ttl)));
-  v1::PublishResponse resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->Publish(ctx.get(), req, &resp)));
+  KVF_ASSIGN_OR_RETURN(auto resp, Call(&v1::Control::Stub::Publish, req));
   return resp.ticket();
 }
 
 absl::Status Client::ReleaseLease(const std::string& key) {
-  auto ctx = Context();
   v1::ReleaseLeaseRequest req;
   req.set_transfer_key(key);
-  v1::ReleaseLeaseResponse resp;
-  return FromGrpc(stub_->ReleaseLease(ctx.get(), req, &resp));
+  return Call(&v1::Control::Stub::ReleaseLease, req).status();
 }
 
 absl::StatusOr<uint64_t> Client::Pull(const v1::Ticket& ticket, uint64_t pool_id,
                                       const std::vector<uint32_t>& block_ids, absl::Duration deadline) {
-  auto ctx = Context();
   v1::PullRequest req;
   *req.mutable_ticket() = ticket;
   req.set_pool_id(pool_id);
   for (uint32_t b : block_ids) req.add_block_ids(b);
   req.set_deadline_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(deadline)));
-  v1::PullResponse resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->Pull(ctx.get(), req, &resp)));
+  KVF_ASSIGN_OR_RETURN(auto resp, Call(&v1::Control::Stub::Pull, req));
   return resp.transfer_id();
 }
 
 absl::StatusOr<v1::TransferStatus> Client::GetTransfer(uint64_t transfer_id) {
-  auto ctx = Context();
   v1::GetTransferRequest req;
   req.set_transfer_id(transfer_id);
-  v1::TransferStatus resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->GetTransfer(ctx.get(), req, &resp)));
-  return resp;
+  return Call(&v1::Control::Stub::GetTransfer, req);
 }
 
 absl::StatusOr<v1::TransferStatus> Client::Watch(uint64_t transfer_id,
@@ -167,12 +160,9 @@ std::future<absl::StatusOr<v1::TransferStatus>> Client::WatchAsync(uint64_t tran
 }
 
 absl::StatusOr<v1::TransferStatus> Client::Cancel(uint64_t transfer_id) {
-  auto ctx = Context();
   v1::CancelTransferRequest req;
   req.set_transfer_id(transfer_id);
-  v1::TransferStatus resp;
-  KVF_RETURN_IF_ERROR(FromGrpc(stub_->CancelTransfer(ctx.get(), req, &resp)));
-  return resp;
+  return Call(&v1::Control::Stub::CancelTransfer, req);
 }
 
 absl::StatusOr<v1::DType> ParseDType(const std::string& name) {

@@ -96,6 +96,9 @@ class Client {
  private:
   Client(std::shared_ptr<grpc::Channel> ch, absl::Duration rpc_timeout);
   std::unique_ptr<grpc::ClientContext> Context() const;
+  template <typename Req, typename Resp>
+  absl::StatusOr<Resp> Call(grpc::Status (v1::Control::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                            const Req& req) const;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::Control::Stub> stub_;
   absl::Duration rpc_timeout_;

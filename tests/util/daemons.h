@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/cli/kv_data.h"
 #include "client/client.h"
 #include "common/process.h"
 
@@ -75,14 +76,6 @@ inline void FillRandom(uint8_t* p, size_t n, uint32_t seed) {
   }
 }
 
-inline bool SameBlock(const client::HostPool& a, uint32_t ba, const client::HostPool& b, uint32_t bb) {
-  const Geometry& g = a.geometry();
-  for (uint32_t l = 0; l < g.layers; ++l) {
-    for (uint32_t p = 0; p < g.planes; ++p) {
-      if (std::memcmp(a.segment(l, p, ba), b.segment(l, p, bb), g.segment_bytes) != 0) return false;
-    }
-  }
-  return true;
-}
+using cli::SameBlock;
 
 }  // namespace kvferry::testing
