@@ -1,0 +1,83 @@
+// The codec seam: lossless compression of one chunk of KV-cache elements
+// (format: docs/codec-format.md). Implementations: kernels/cpu (reference,
+// multithreaded, the bit-exact oracle); kernels/cuda (next) must produce the
+// same bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace kvferry::codec {
+
+enum class DType : uint8_t { kBF16 = 1, kFP16 = 2, kFP32 = 3, kFP8E4M3 = 4, kFP8E5M2 = 5, kBytes = 6 };
+
+struct DTypeInfo {
+  uint32_t bytes;     // element size
+  uint32_t exp_bits;  // E: entropy-coded symbol width
+  uint32_t raw_bits;  // W: sign + mantissa, stored raw
+};
+
+// INVALID_ARGUMENT for values outside the enum.
+absl::StatusOr<DTypeInfo> Info(DType dtype);
+absl::StatusOr<DType> ParseDType(const char* name);  // "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "bytes"
+const char* DTypeName(DType dtype);
+
+// KV block layout of the chunk: tokens x heads x head_dim elements per
+// token-major block; channel = head * head_dim + dim. Zeros: no hint.
+struct Layout {
+  uint32_t tokens = 0, heads = 0, head_dim = 0;
+  uint64_t channels() const { return uint64_t{heads} * head_dim; }
+};
+
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kTileSymbols = 16384;
+constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kMaxTables = 16;
+
+struct EncodeOptions {
+  DType dtype = DType::kBF16;
+  Layout layout;
+  // With a layout hint, let the encoder code channel groups with their own
+  // tables when that is smaller (KV-aware mode).
+  bool channel_groups = true;
+  // Worker threads; 0 picks min(hardware threads, 8).
+  int threads = 0;
+};
+
+// Largest chunk Encode can produce for `input_bytes` (the header + input).
+constexpr size_t MaxEncodedBytes(size_t input_bytes) { return kHeaderBytes + input_bytes; }
+
+// Encodes in[0, in_bytes) into out (capacity >= MaxEncodedBytes(in_bytes)).
+// Returns the chunk size.
+absl::StatusOr<size_t> Encode(const EncodeOptions& options, const void* in, size_t in_bytes, void* out,
+                              size_t out_capacity);
+
+struct ChunkInfo {
+  DType dtype = DType::kBF16;
+  uint64_t elements = 0;
+  Layout layout;
+  bool stored = false;
+  bool channel_groups = false;
+  uint32_t tables = 0;
+  uint32_t tiles = 0;
+  uint32_t raw_tiles = 0;
+  uint64_t raw_plane_bytes = 0;
+  uint64_t chunk_bytes = 0;     // header + payload
+  uint64_t original_bytes = 0;  // elements x element size
+  uint64_t checksum = 0;
+};
+
+// Parses and checks a chunk's header and directory (not its tiles).
+absl::StatusOr<ChunkInfo> Inspect(const void* in, size_t in_bytes);
+
+// Decodes a whole chunk into out (capacity >= the original size); verifies
+// everything, including the kvsum64 of the result. Returns bytes written.
+absl::StatusOr<size_t> Decode(const void* in, size_t in_bytes, void* out, size_t out_capacity, int threads = 0);
+
+// Order-0 entropy bound of `in` as the codec sees it: bits of the exponent
+// symbols at their empirical entropy plus the raw plane, in bytes.
+absl::StatusOr<double> Order0BoundBytes(DType dtype, const void* in, size_t in_bytes);
+
+}  // namespace kvferry::codec

@@ -1,0 +1,741 @@
+// CPU reference implementation of the kvferry codec (docs/codec-format.md).
+#include "kernels/codec.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/checksum.h"
+
+namespace kvferry::codec {
+namespace {
+
+constexpr uint32_t kM = 1u << kProbBits;
+constexpr uint32_t kL = 1u << 16;
+constexpr int kLanes = 32;
+constexpr char kMagic[4] = {'K', 'V', 'Z', '1'};
+constexpr uint16_t kFlagStored = 1;
+constexpr uint16_t kFlagChannelGroups = 2;
+constexpr uint32_t kTileRaw = 1u << 31;
+constexpr uint64_t kMaxElements = 1ull << 40;
+
+template <typename T>
+void Put(uint8_t* p, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+template <typename T>
+T Get(const uint8_t* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
+  return v;
+}
+
+absl::Status Corrupt(const std::string& what) { return absl::DataLossError("corrupt chunk: " + what); }
+
+// ---- element split -------------------------------------------------------
+
+struct Split {
+  DTypeInfo info;
+  uint32_t mant_bits;  // raw bits without the sign (0 for opaque bytes)
+  bool opaque;
+
+  uint32_t Load(const uint8_t* in, uint64_t i) const {
+    uint32_t v = 0;
+    std::memcpy(&v, in + i * info.bytes, info.bytes);  // little-endian hosts only
+    return v;
+  }
+  uint32_t Symbol(uint32_t v) const { return opaque ? v : (v >> mant_bits) & ((1u << info.exp_bits) - 1); }
+  uint32_t Raw(uint32_t v) const {
+    if (opaque) return 0;
+    const uint32_t sign = v >> (info.exp_bits + mant_bits);
+    return (sign << mant_bits) | (v & ((1u << mant_bits) - 1));
+  }
+  uint32_t Join(uint32_t sym, uint32_t raw) const {
+    if (opaque) return sym;
+    const uint32_t sign = raw >> mant_bits;
+    return (sign << (info.exp_bits + mant_bits)) | (sym << mant_bits) | (raw & ((1u << mant_bits) - 1));
+  }
+};
+
+absl::StatusOr<Split> MakeSplit(DType d) {
+  auto info = Info(d);
+  if (!info.ok()) return info.status();
+  Split s{*info, info->raw_bits == 0 ? 0 : info->raw_bits - 1, d == DType::kBytes};
+  return s;
+}
+
+// Groups of 8 values of `width` bits, LSB-first, `width` bytes per group.
+uint64_t PackedBytes(uint64_t count, uint32_t width) { return (count + 7) / 8 * width; }
+
+void PackGroup(const uint32_t* v, int k_count, uint32_t width, uint8_t* out) {
+  std::memset(out, 0, width);
+  for (int k = 0; k < k_count; ++k) {
+    uint64_t bit = uint64_t{static_cast<uint32_t>(k)} * width;
+    uint32_t val = v[k];
+    for (uint32_t b = 0; b < width;) {
+      const uint32_t byte = static_cast<uint32_t>(bit >> 3), off = bit & 7;
+      const uint32_t take = std::min(width - b, 8 - off);
+      out[byte] |= static_cast<uint8_t>(((val >> b) & ((1u << take) - 1)) << off);
+      b += take;
+      bit += take;
+    }
+  }
+}
+
+uint32_t UnpackOne(const uint8_t* group, int k, uint32_t width) {
+  uint64_t bit = uint64_t{static_cast<uint32_t>(k)} * width;
+  uint32_t val = 0;
+  for (uint32_t b = 0; b < width;) {
+    const uint32_t byte = static_cast<uint32_t>(bit >> 3), off = bit & 7;
+    const uint32_t take = std::min(width - b, 8 - off);
+    val |= ((static_cast<uint32_t>(group[byte]) >> off) & ((1u << take) - 1)) << b;
+    b += take;
+    bit += take;
+  }
+  return val;
+}
+
+// Packs `count` values (taken by fn(i)) into out (PackedBytes(count, width) bytes).
+template <typename Fn>
+void Pack(uint64_t count, uint32_t width, uint8_t* out, Fn fn) {
+  if (width == 8) {
+    for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<uint8_t>(fn(i));
+    return;
+  }
+  uint32_t v[8];
+  for (uint64_t g = 0; g * 8 < count; ++g) {
+    const int k_count = static_cast<int>(std::min<uint64_t>(8, count - g * 8));
+    for (int k = 0; k < k_count; ++k) v[k] = fn(g * 8 + k);
+    PackGroup(v, k_count, width, out + g * width);
+  }
+}
+
+uint32_t Unpacked(const uint8_t* packed, uint64_t i, uint32_t width) {
+  if (width == 8) return packed[i];
+  return UnpackOne(packed + (i / 8) * width, static_cast<int>(i % 8), width);
+}
+
+// ---- frequency tables ----------------------------------------------------
+
+struct Table {
+  uint32_t lo = 0, count = 0;
+  uint32_t freq[256] = {0};
+  uint32_t cum[256] = {0};
+
+  void Finish() {
+    uint32_t c = 0;
+    for (int s = 0; s < 256; ++s) {
+      cum[s] = c;
+      c += freq[s];
+    }
+    lo = 0;
+    count = 0;
+    int first = -1, last = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (freq[s] != 0) {
+        if (first < 0) first = s;
+        last = s;
+      }
+    }
+    if (first >= 0) {
+      lo = static_cast<uint32_t>(first);
+      count = static_cast<uint32_t>(last - first + 1);
+    }
+  }
+};
+
+// Deterministic normalisation to sum kM (see the format doc).
+Table Normalize(const uint64_t hist[256]) {
+  Table t;
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s) total += hist[s];
+  if (total == 0) {
+    t.Finish();
+    return t;
+  }
+  int64_t sum = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (hist[s] == 0) continue;
+    t.freq[s] = static_cast<uint32_t>(std::max<uint64_t>(1, hist[s] * kM / total));
+    sum += t.freq[s];
+  }
+  int64_t d = static_cast<int64_t>(kM) - sum;
+  if (d > 0) {
+    int best = 0;
+    for (int s = 1; s < 256; ++s) {
+      if (hist[s] > hist[best]) best = s;
+    }
+    t.freq[best] += static_cast<uint32_t>(d);
+  }
+  while (d < 0) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (t.freq[s] > 1 && (best < 0 || t.freq[s] > t.freq[best])) best = s;
+    }
+    --t.freq[best];
+    ++d;
+  }
+  t.Finish();
+  return t;
+}
+
+double CodedBits(const uint64_t hist[256], const Table& t) {
+  double bits = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (hist[s] != 0) bits += static_cast<double>(hist[s]) * (kProbBits - std::log2(static_cast<double>(t.freq[s])));
+  }
+  return bits;
+}
+
+size_t TableBytes(const Table& t) { return 4 + 2 * t.count; }
+
+// ---- worker pool ---------------------------------------------------------
+
+int Threads(int requested, uint64_t work_items) {
+  int t = requested > 0 ? requested : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(t, work_items)));
+}
+
+template <typename Fn>
+void ParallelFor(uint64_t n, int threads, Fn fn) {
+  if (threads <= 1 || n <= 1) {
+    for (uint64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<uint64_t> next{0};
+  auto work = [&] {
+    for (uint64_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < threads; ++k) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+}
+
+// ---- tiles ---------------------------------------------------------------
+
+// Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
+// Returns the directory entry.
+uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint8_t* table_of, uint32_t exp_bits,
+                    const std::vector<Table>& tables, std::vector<uint8_t>* out) {
+  const uint32_t n = static_cast<uint32_t>(end - begin);
+  const uint64_t raw_bytes = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+  uint32_t x[kLanes];
+  for (auto& v : x) v = kL;
+  std::vector<uint16_t> words;
+  words.reserve(n);
+  const uint32_t rounds = (n + kLanes - 1) / kLanes;
+  for (uint32_t r = rounds; r-- > 0;) {
+    for (int l = kLanes - 1; l >= 0; --l) {
+      const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
+      if (j >= n) continue;
+      const uint32_t s = sym[begin + j];
+      const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
+      const uint32_t f = t.freq[s], c = t.cum[s];
+      if (uint64_t{x[l]} >= (uint64_t{f} << (32 - kProbBits))) {
+        words.push_back(static_cast<uint16_t>(x[l] & 0xffff));
+        x[l] >>= 16;
+      }
+      x[l] = ((x[l] / f) << kProbBits) + (x[l] % f) + c;
+    }
+  }
+  const uint64_t coded = (kLanes * 4 + words.size() * 2 + 3) & ~uint64_t{3};
+  if (coded >= raw_bytes) {
+    out->assign(raw_bytes, 0);
+    Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
+    return static_cast<uint32_t>(raw_bytes) | kTileRaw;
+  }
+  out->assign(coded, 0);
+  uint8_t* p = out->data();
+  for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
+  p += kLanes * 4;
+  for (size_t k = 0; k < words.size(); ++k) Put<uint16_t>(p + 2 * k, words[words.size() - 1 - k]);
+  return static_cast<uint32_t>(coded);
+}
+
+struct DecodeTable {
+  uint32_t freq[256], cum[256];
+  uint8_t slot_sym[kM];
+};
+
+absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uint64_t end, uint32_t exp_bits,
+                        const uint8_t* table_of, const std::vector<DecodeTable>& tables, uint8_t* sym) {
+  const uint32_t n = static_cast<uint32_t>(end - begin);
+  const uint32_t size = entry & ~kTileRaw;
+  if (entry & kTileRaw) {
+    if (size != ((PackedBytes(n, exp_bits) + 3) & ~uint64_t{3})) return Corrupt("raw tile size");
+    for (uint32_t i = 0; i < n; ++i) sym[begin + i] = static_cast<uint8_t>(Unpacked(tile, i, exp_bits));
+    return absl::OkStatus();
+  }
+  if (size < kLanes * 4) return Corrupt("coded tile shorter than its states");
+  uint32_t x[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    x[l] = Get<uint32_t>(tile + 4 * l);
+    if (x[l] < kL) return Corrupt("rANS state out of range");
+  }
+  const uint8_t* w = tile + kLanes * 4;
+  const uint8_t* w_end = tile + size;
+  const uint32_t rounds = (n + kLanes - 1) / kLanes;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    for (int l = 0; l < kLanes; ++l) {
+      const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
+      if (j >= n) break;
+      const DecodeTable& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
+      const uint32_t slot = x[l] & (kM - 1);
+      const uint32_t s = t.slot_sym[slot];
+      x[l] = t.freq[s] * (x[l] >> kProbBits) + slot - t.cum[s];
+      if (x[l] < kL) {
+        if (w + 2 > w_end) return Corrupt("rANS stream ends early");
+        x[l] = (x[l] << 16) | Get<uint16_t>(w);
+        w += 2;
+      }
+      sym[begin + j] = static_cast<uint8_t>(s);
+    }
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    if (x[l] != kL) return Corrupt("rANS final state");
+  }
+  if (((w - tile + 3) & ~static_cast<ptrdiff_t>(3)) != static_cast<ptrdiff_t>(size)) {
+    return Corrupt("rANS stream has unread words");
+  }
+  return absl::OkStatus();
+}
+
+// ---- channel grouping (KV-aware mode) -------------------------------------
+
+struct Grouping {
+  uint32_t groups = 1;
+  std::vector<uint8_t> channel_group;  // C entries, empty when groups == 1
+  std::vector<Table> tables;
+  size_t side_bytes = 0;  // map + tables
+  double bits = 0;        // estimated coded bits of the symbols
+};
+
+Grouping Order0(const std::vector<uint8_t>& sym) {
+  uint64_t hist[256] = {0};
+  for (uint8_t s : sym) ++hist[s];
+  Grouping g;
+  g.tables.push_back(Normalize(hist));
+  g.side_bytes = TableBytes(g.tables[0]);
+  g.bits = CodedBits(hist, g.tables[0]);
+  return g;
+}
+
+Grouping ChannelGroups(const std::vector<uint8_t>& sym, uint64_t channels, uint32_t groups) {
+  const uint64_t n = sym.size();
+  std::vector<std::vector<uint64_t>> ch_hist(channels, std::vector<uint64_t>(256, 0));
+  for (uint64_t i = 0; i < n; ++i) ++ch_hist[i % channels][sym[i]];
+  // Order channels by mean exponent (integer sums; ties by index).
+  std::vector<std::pair<uint64_t, uint64_t>> key(channels);  // (sum, count) per channel
+  for (uint64_t c = 0; c < channels; ++c) {
+    uint64_t sum = 0, cnt = 0;
+    for (int s = 0; s < 256; ++s) {
+      sum += ch_hist[c][s] * static_cast<uint64_t>(s);
+      cnt += ch_hist[c][s];
+    }
+    key[c] = {sum, cnt};
+  }
+  std::vector<uint32_t> order(channels);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    // mean_a < mean_b  <=>  sum_a * cnt_b < sum_b * cnt_a (128-bit safe via long double is not exact: use __int128)
+    const unsigned __int128 l = static_cast<unsigned __int128>(key[a].first) * key[b].second;
+    const unsigned __int128 r = static_cast<unsigned __int128>(key[b].first) * key[a].second;
+    return l < r;
+  });
+  Grouping g;
+  g.groups = groups;
+  g.channel_group.assign(channels, 0);
+  for (uint64_t k = 0; k < channels; ++k) g.channel_group[order[k]] = static_cast<uint8_t>(k * groups / channels);
+  std::vector<std::vector<uint64_t>> hist(groups, std::vector<uint64_t>(256, 0));
+  for (uint64_t c = 0; c < channels; ++c) {
+    for (int s = 0; s < 256; ++s) hist[g.channel_group[c]][s] += ch_hist[c][s];
+  }
+  g.side_bytes = channels;
+  for (uint32_t k = 0; k < groups; ++k) {
+    g.tables.push_back(Normalize(hist[k].data()));
+    g.side_bytes += TableBytes(g.tables.back());
+    g.bits += CodedBits(hist[k].data(), g.tables.back());
+  }
+  return g;
+}
+
+}  // namespace
+
+// ---- public API ------------------------------------------------------------
+
+absl::StatusOr<DTypeInfo> Info(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return DTypeInfo{2, 8, 8};
+    case DType::kFP16:
+      return DTypeInfo{2, 5, 11};
+    case DType::kFP32:
+      return DTypeInfo{4, 8, 24};
+    case DType::kFP8E4M3:
+      return DTypeInfo{1, 4, 4};
+    case DType::kFP8E5M2:
+      return DTypeInfo{1, 5, 3};
+    case DType::kBytes:
+      return DTypeInfo{1, 8, 0};
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("unknown dtype %d", static_cast<int>(d)));
+}
+
+absl::StatusOr<DType> ParseDType(const char* name) {
+  const std::string n = name;
+  if (n == "bf16") return DType::kBF16;
+  if (n == "fp16") return DType::kFP16;
+  if (n == "fp32") return DType::kFP32;
+  if (n == "fp8_e4m3" || n == "fp8") return DType::kFP8E4M3;
+  if (n == "fp8_e5m2") return DType::kFP8E5M2;
+  if (n == "bytes") return DType::kBytes;
+  return absl::InvalidArgumentError("unknown dtype '" + n + "' (bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, bytes)");
+}
+
+const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP16:
+      return "fp16";
+    case DType::kFP32:
+      return "fp32";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kFP8E5M2:
+      return "fp8_e5m2";
+    case DType::kBytes:
+      return "bytes";
+  }
+  return "?";
+}
+
+absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t in_bytes, void* out_v,
+                              size_t out_capacity) {
+  auto split = MakeSplit(o.dtype);
+  if (!split.ok()) return split.status();
+  const Split& sp = *split;
+  if (in_bytes % sp.info.bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d bytes is not a whole number of %s elements", in_bytes, DTypeName(o.dtype)));
+  }
+  if (out_capacity < MaxEncodedBytes(in_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("output capacity %d < %d needed", out_capacity, MaxEncodedBytes(in_bytes)));
+  }
+  const uint64_t n = in_bytes / sp.info.bytes;
+  if (n > kMaxElements) return absl::InvalidArgumentError("chunk too large");
+  if (in_bytes > 0 && (in_v == nullptr || out_v == nullptr)) return absl::InvalidArgumentError("null buffer");
+  const auto* in = static_cast<const uint8_t*>(in_v);
+  auto* out = static_cast<uint8_t*>(out_v);
+  const uint64_t channels = o.layout.channels();
+  const uint64_t checksum = Kvsum64(in, in_bytes);
+
+  auto header = [&](uint16_t flags, uint32_t tables, uint32_t tiles, uint64_t raw_plane, uint64_t payload) {
+    std::memset(out, 0, kHeaderBytes);
+    std::memcpy(out, kMagic, 4);
+    out[4] = 1;
+    out[5] = static_cast<uint8_t>(o.dtype);
+    Put<uint16_t>(out + 6, flags);
+    Put<uint64_t>(out + 8, n);
+    Put<uint32_t>(out + 16, o.layout.tokens);
+    Put<uint32_t>(out + 20, o.layout.heads);
+    Put<uint32_t>(out + 24, o.layout.head_dim);
+    Put<uint16_t>(out + 28, static_cast<uint16_t>(tables));
+    Put<uint32_t>(out + 32, tiles);
+    Put<uint64_t>(out + 40, raw_plane);
+    Put<uint64_t>(out + 48, payload);
+    Put<uint64_t>(out + 56, checksum);
+  };
+  auto stored = [&]() -> size_t {
+    header(kFlagStored, 0, 0, 0, in_bytes);
+    if (in_bytes > 0) std::memcpy(out + kHeaderBytes, in, in_bytes);
+    return kHeaderBytes + in_bytes;
+  };
+  if (n == 0) return stored();
+
+  const uint64_t raw_plane = PackedBytes(n, sp.info.raw_bits);
+  // Group padding can make the raw plane alone as large as the input (tiny
+  // chunks): then coding cannot pay, and the plane would not fit in `out`.
+  if (raw_plane >= in_bytes) return stored();
+  const int threads = Threads(o.threads, (n + kTileSymbols - 1) / kTileSymbols);
+  // 1. Split: symbols to a temporary array, the raw plane straight into place.
+  std::vector<uint8_t> sym(n);
+  const uint64_t groups8 = (n + 7) / 8;
+  uint8_t* raw_out = out + kHeaderBytes;
+  ParallelFor((groups8 + 4095) / 4096, threads, [&](uint64_t part) {
+    const uint64_t g0 = part * 4096, g1 = std::min(groups8, g0 + 4096);
+    const uint64_t e0 = g0 * 8, e1 = std::min(n, g1 * 8);
+    for (uint64_t i = e0; i < e1; ++i) sym[i] = static_cast<uint8_t>(sp.Symbol(sp.Load(in, i)));
+    if (sp.info.raw_bits == 0) return;
+    if (sp.info.raw_bits == 8) {
+      for (uint64_t i = e0; i < e1; ++i) raw_out[i] = static_cast<uint8_t>(sp.Raw(sp.Load(in, i)));
+      return;
+    }
+    uint32_t v[8];
+    for (uint64_t g = g0; g < g1; ++g) {
+      const int k_count = static_cast<int>(std::min<uint64_t>(8, n - g * 8));
+      for (int k = 0; k < k_count; ++k) v[k] = sp.Raw(sp.Load(in, g * 8 + k));
+      PackGroup(v, k_count, sp.info.raw_bits, raw_out + g * sp.info.raw_bits);
+    }
+  });
+
+  // 2. Tables: order-0, or channel groups when a layout is given and it pays.
+  Grouping best = Order0(sym);
+  if (o.channel_groups && channels >= 2 && channels <= (1u << 20) && n >= channels) {
+    for (uint32_t g : {2u, 4u, 8u, 16u}) {
+      if (g > channels) break;
+      Grouping cand = ChannelGroups(sym, channels, g);
+      if (cand.bits / 8 + cand.side_bytes < best.bits / 8 + best.side_bytes) best = std::move(cand);
+    }
+  }
+  const uint8_t* table_of = nullptr;
+  std::vector<uint8_t> table_per_element;
+  if (best.groups > 1) {
+    table_per_element.resize(n);
+    for (uint64_t i = 0; i < n; ++i) table_per_element[i] = best.channel_group[i % channels];
+    table_of = table_per_element.data();
+  }
+
+  // 3. Tiles in parallel.
+  const uint32_t tiles = static_cast<uint32_t>((n + kTileSymbols - 1) / kTileSymbols);
+  std::vector<std::vector<uint8_t>> tile_bytes(tiles);
+  std::vector<uint32_t> dir(tiles);
+  ParallelFor(tiles, threads, [&](uint64_t t) {
+    dir[t] = EncodeTile(sym.data(), t * kTileSymbols, std::min<uint64_t>(n, (t + 1) * kTileSymbols), table_of,
+                        sp.info.exp_bits, best.tables, &tile_bytes[t]);
+  });
+
+  // 4. Assemble, or store when coding does not pay.
+  uint64_t payload = raw_plane + (best.groups > 1 ? channels : 0) + 4ull * tiles;
+  for (const auto& t : best.tables) payload += TableBytes(t);
+  for (const auto& tb : tile_bytes) payload += tb.size();
+  if (payload >= in_bytes) return stored();
+  uint8_t* p = out + kHeaderBytes + raw_plane;
+  if (best.groups > 1) {
+    std::memcpy(p, best.channel_group.data(), channels);
+    p += channels;
+  }
+  for (const auto& t : best.tables) {
+    Put<uint16_t>(p, static_cast<uint16_t>(t.lo));
+    Put<uint16_t>(p + 2, static_cast<uint16_t>(t.count));
+    p += 4;
+    for (uint32_t s = t.lo; s < t.lo + t.count; ++s, p += 2) Put<uint16_t>(p, static_cast<uint16_t>(t.freq[s]));
+  }
+  for (uint32_t t = 0; t < tiles; ++t, p += 4) Put<uint32_t>(p, dir[t]);
+  for (const auto& tb : tile_bytes) {
+    std::memcpy(p, tb.data(), tb.size());
+    p += tb.size();
+  }
+  header(best.groups > 1 ? kFlagChannelGroups : 0, best.groups, tiles, raw_plane, payload);
+  return kHeaderBytes + payload;
+}
+
+namespace {
+
+// Everything Decode needs, parsed and checked from the chunk.
+struct Parsed {
+  ChunkInfo info;
+  Split split;
+  const uint8_t* raw_plane = nullptr;
+  const uint8_t* channel_map = nullptr;
+  std::vector<DecodeTable> tables;
+  std::vector<uint32_t> dir;
+  std::vector<const uint8_t*> tile_ptr;
+};
+
+absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tables) {
+  if (in == nullptr || in_bytes < kHeaderBytes) return Corrupt("shorter than its 64-byte header");
+  if (std::memcmp(in, kMagic, 4) != 0) return Corrupt("bad magic");
+  if (in[4] != 1) return Corrupt(absl::StrFormat("unsupported version %d", in[4]));
+  Parsed p;
+  p.info.dtype = static_cast<DType>(in[5]);
+  auto split = MakeSplit(p.info.dtype);
+  if (!split.ok()) return Corrupt(std::string(split.status().message()));
+  p.split = *split;
+  const uint16_t flags = Get<uint16_t>(in + 6);
+  if (flags & ~(kFlagStored | kFlagChannelGroups)) return Corrupt("unknown flags");
+  if (Get<uint16_t>(in + 30) != 0 || Get<uint32_t>(in + 36) != 0) return Corrupt("reserved fields set");
+  const uint64_t n = Get<uint64_t>(in + 8);
+  if (n > kMaxElements) return Corrupt("element count too large");
+  p.info.elements = n;
+  p.info.layout = {Get<uint32_t>(in + 16), Get<uint32_t>(in + 20), Get<uint32_t>(in + 24)};
+  p.info.tables = Get<uint16_t>(in + 28);
+  p.info.tiles = Get<uint32_t>(in + 32);
+  p.info.raw_plane_bytes = Get<uint64_t>(in + 40);
+  const uint64_t payload = Get<uint64_t>(in + 48);
+  p.info.checksum = Get<uint64_t>(in + 56);
+  p.info.original_bytes = n * p.split.info.bytes;
+  if (payload != in_bytes - kHeaderBytes) {
+    return Corrupt(absl::StrFormat("payload of %d bytes, %d present", payload, in_bytes - kHeaderBytes));
+  }
+  p.info.chunk_bytes = in_bytes;
+  p.info.stored = flags & kFlagStored;
+  p.info.channel_groups = flags & kFlagChannelGroups;
+  if (p.info.stored) {
+    if (p.info.channel_groups || p.info.tables != 0 || p.info.tiles != 0 || p.info.raw_plane_bytes != 0 ||
+        payload != p.info.original_bytes) {
+      return Corrupt("inconsistent stored chunk");
+    }
+    return p;
+  }
+  const uint32_t E = p.split.info.exp_bits;
+  if (n == 0) return Corrupt("coded chunk without elements");
+  if (p.info.raw_plane_bytes != PackedBytes(n, p.split.info.raw_bits)) return Corrupt("raw plane size");
+  if (p.info.tiles != (n + kTileSymbols - 1) / kTileSymbols) return Corrupt("tile count");
+  if (p.info.tables < 1 || p.info.tables > kMaxTables) return Corrupt("table count");
+  if (!p.info.channel_groups && p.info.tables != 1) return Corrupt("several tables without a channel map");
+  const uint8_t* cur = in + kHeaderBytes;
+  const uint8_t* end = in + in_bytes;
+  auto take = [&](uint64_t bytes) -> const uint8_t* {
+    if (bytes > static_cast<uint64_t>(end - cur)) return nullptr;
+    const uint8_t* r = cur;
+    cur += bytes;
+    return r;
+  };
+  if ((p.raw_plane = take(p.info.raw_plane_bytes)) == nullptr && p.info.raw_plane_bytes != 0) {
+    return Corrupt("truncated raw plane");
+  }
+  if (p.info.channel_groups) {
+    const uint64_t c = p.info.layout.channels();
+    if (c < 2 || c > (1u << 20)) return Corrupt("channel map needs a layout hint");
+    if ((p.channel_map = take(c)) == nullptr) return Corrupt("truncated channel map");
+    for (uint64_t k = 0; k < c; ++k) {
+      if (p.channel_map[k] >= p.info.tables) return Corrupt("channel map names a missing table");
+    }
+  }
+  if (build_tables) p.tables.resize(p.info.tables);
+  for (uint32_t t = 0; t < p.info.tables; ++t) {
+    const uint8_t* h = take(4);
+    if (h == nullptr) return Corrupt("truncated table");
+    const uint32_t lo = Get<uint16_t>(h), count = Get<uint16_t>(h + 2);
+    if (lo + count > (1u << E)) return Corrupt("table range");
+    const uint8_t* f = take(2ull * count);
+    if (f == nullptr) return Corrupt("truncated table");
+    if (!build_tables) continue;
+    DecodeTable& dt = p.tables[t];
+    std::memset(dt.freq, 0, sizeof(dt.freq));
+    uint32_t c = 0;
+    for (uint32_t s = 0; s < 256; ++s) {
+      dt.cum[s] = c;
+      if (s >= lo && s < lo + count) {
+        dt.freq[s] = Get<uint16_t>(f + 2 * (s - lo));
+        if (c + dt.freq[s] > kM) return Corrupt("table sums past 4096");
+        std::memset(dt.slot_sym + c, static_cast<int>(s), dt.freq[s]);
+        c += dt.freq[s];
+      }
+    }
+    if (c != kM && c != 0) return Corrupt("table does not sum to 4096");
+    if (c == 0) std::memset(dt.slot_sym, 0, kM);  // unused table: any use is caught below
+  }
+  const uint8_t* d = take(4ull * p.info.tiles);
+  if (d == nullptr) return Corrupt("truncated tile directory");
+  p.dir.resize(p.info.tiles);
+  p.tile_ptr.resize(p.info.tiles);
+  for (uint32_t t = 0; t < p.info.tiles; ++t) {
+    p.dir[t] = Get<uint32_t>(d + 4 * t);
+    const uint32_t size = p.dir[t] & ~kTileRaw;
+    if (size % 4 != 0) return Corrupt("tile size not a multiple of 4");
+    if ((p.tile_ptr[t] = take(size)) == nullptr) return Corrupt("truncated tile");
+    p.info.raw_tiles += (p.dir[t] & kTileRaw) ? 1 : 0;
+  }
+  if (cur != end) return Corrupt("trailing bytes");
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<ChunkInfo> Inspect(const void* in, size_t in_bytes) {
+  auto p = Parse(static_cast<const uint8_t*>(in), in_bytes, /*build_tables=*/false);
+  if (!p.ok()) return p.status();
+  return p->info;
+}
+
+absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, size_t out_capacity, int threads) {
+  const auto* in = static_cast<const uint8_t*>(in_v);
+  auto* out = static_cast<uint8_t*>(out_v);
+  auto parsed = Parse(in, in_bytes, /*build_tables=*/true);
+  if (!parsed.ok()) return parsed.status();
+  Parsed& p = *parsed;
+  const uint64_t n = p.info.elements;
+  if (out_capacity < p.info.original_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("output capacity %d < %d decoded bytes", out_capacity, p.info.original_bytes));
+  }
+  if (p.info.original_bytes > 0 && out == nullptr) return absl::InvalidArgumentError("null output");
+  if (p.info.stored) {
+    if (n > 0) std::memcpy(out, in + kHeaderBytes, p.info.original_bytes);
+  } else {
+    // Tables a tile may use must be non-empty: checked per symbol through the
+    // per-element table index (an empty table decodes nothing valid).
+    std::vector<uint8_t> sym(n);
+    std::vector<uint8_t> table_per_element;
+    const uint8_t* table_of = nullptr;
+    const uint64_t channels = p.info.layout.channels();
+    if (p.info.channel_groups) {
+      table_per_element.resize(n);
+      for (uint64_t i = 0; i < n; ++i) table_per_element[i] = p.channel_map[i % channels];
+      table_of = table_per_element.data();
+    }
+    std::vector<bool> table_empty(p.tables.size());
+    for (size_t t = 0; t < p.tables.size(); ++t) {
+      uint32_t sum = 0;
+      for (uint32_t s = 0; s < 256; ++s) sum += p.tables[t].freq[s];
+      table_empty[t] = sum == 0;
+    }
+    const int nt = Threads(threads, p.info.tiles);
+    std::vector<absl::Status> status(p.info.tiles);
+    ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
+      const uint64_t b = t * kTileSymbols, e = std::min<uint64_t>(n, (t + 1) * kTileSymbols);
+      if (!(p.dir[t] & kTileRaw)) {
+        for (uint64_t i = b; i < e; ++i) {
+          if (table_empty[table_of != nullptr ? table_of[i] : 0]) {
+            status[t] = Corrupt("coded symbol uses an empty table");
+            return;
+          }
+        }
+      }
+      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym.data());
+    });
+    for (const auto& s : status) {
+      if (!s.ok()) return s;
+    }
+    const Split& sp = p.split;
+    const uint32_t W = sp.info.raw_bits;
+    ParallelFor((n + 32767) / 32768, nt, [&](uint64_t part) {
+      const uint64_t b = part * 32768, e = std::min<uint64_t>(n, b + 32768);
+      for (uint64_t i = b; i < e; ++i) {
+        const uint32_t raw = W == 0 ? 0 : Unpacked(p.raw_plane, i, W);
+        const uint32_t v = sp.Join(sym[i], raw);
+        std::memcpy(out + i * sp.info.bytes, &v, sp.info.bytes);
+      }
+    });
+  }
+  if (Kvsum64(out, p.info.original_bytes) != p.info.checksum) {
+    return absl::DataLossError("corrupt chunk: checksum of the decoded bytes does not match");
+  }
+  return p.info.original_bytes;
+}
+
+absl::StatusOr<double> Order0BoundBytes(DType dtype, const void* in_v, size_t in_bytes) {
+  auto split = MakeSplit(dtype);
+  if (!split.ok()) return split.status();
+  if (in_bytes % split->info.bytes != 0) return absl::InvalidArgumentError("not a whole number of elements");
+  const auto* in = static_cast<const uint8_t*>(in_v);
+  const uint64_t n = in_bytes / split->info.bytes;
+  uint64_t hist[256] = {0};
+  for (uint64_t i = 0; i < n; ++i) ++hist[split->Symbol(split->Load(in, i))];
+  double bits = 0;
+  for (uint64_t h : hist) {
+    if (h != 0) bits -= static_cast<double>(h) * std::log2(static_cast<double>(h) / static_cast<double>(n));
+  }
+  return bits / 8 + static_cast<double>(n) * split->info.raw_bits / 8;
+}
+
+}  // namespace kvferry::codec

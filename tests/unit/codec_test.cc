@@ -1,0 +1,205 @@
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/codec.h"
+
+namespace kvferry::codec {
+namespace {
+
+std::vector<uint8_t> Encoded(const EncodeOptions& o, const std::vector<uint8_t>& in) {
+  std::vector<uint8_t> out(MaxEncodedBytes(in.size()));
+  auto n = Encode(o, in.data(), in.size(), out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status();
+  out.resize(n.ok() ? *n : 0);
+  return out;
+}
+
+std::vector<uint8_t> Decoded(const std::vector<uint8_t>& chunk, size_t capacity) {
+  std::vector<uint8_t> out(capacity);
+  auto n = Decode(chunk.data(), chunk.size(), out.data(), out.size());
+  EXPECT_TRUE(n.ok()) << n.status();
+  out.resize(n.ok() ? *n : 0);
+  return out;
+}
+
+uint16_t Bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+// Roughly Gaussian values, per-channel log-normal scale (KV-like), in `dtype`.
+std::vector<uint8_t> KvLike(DType dtype, size_t elements, uint32_t channels, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> scale(channels);
+  for (auto& s : scale) s = std::exp(1.5f * g(rng));
+  const uint32_t size = Info(dtype)->bytes;
+  std::vector<uint8_t> out(elements * size);
+  for (size_t i = 0; i < elements; ++i) {
+    const float v = g(rng) * scale[i % channels];
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    switch (dtype) {
+      case DType::kBF16: {
+        const uint16_t h = Bf16(v);
+        std::memcpy(&out[2 * i], &h, 2);
+        break;
+      }
+      case DType::kFP32:
+        std::memcpy(&out[4 * i], &v, 4);
+        break;
+      default:  // other types: random bit patterns with skewed high bits
+        for (uint32_t b = 0; b < size; ++b) out[size * i + b] = static_cast<uint8_t>(u >> (8 * (b + 4 - size)));
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+const DType kAll[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+
+TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
+  for (DType d : kAll) {
+    const uint32_t es = Info(d)->bytes;
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{33}, size_t{1001}, kTileSymbols - 1, kTileSymbols,
+                     kTileSymbols + 1, 3 * kTileSymbols + 17, size_t{300000}}) {
+      auto in = KvLike(d, n, 128, static_cast<uint32_t>(n));
+      EncodeOptions o;
+      o.dtype = d;
+      auto chunk = Encoded(o, in);
+      ASSERT_LE(chunk.size(), MaxEncodedBytes(in.size()));
+      EXPECT_EQ(Decoded(chunk, in.size()), in) << DTypeName(d) << " n=" << n;
+      auto info = Inspect(chunk.data(), chunk.size());
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->elements, n);
+      EXPECT_EQ(info->original_bytes, n * es);
+    }
+  }
+}
+
+TEST(Codec, CompressesKvLikeBf16AndKvAwareModeIsNoWorse) {
+  const uint32_t heads = 8, dim = 128;
+  auto in = KvLike(DType::kBF16, 16 * 16 * heads * dim, heads * dim, 3);  // 16 blocks of 16 tokens
+  EncodeOptions plain;
+  auto p = Encoded(plain, in);
+  EncodeOptions kv;
+  kv.layout = {256, heads, dim};
+  auto k = Encoded(kv, in);
+  EXPECT_LT(p.size(), in.size() * 0.8) << "bf16 KV-like data should shrink";
+  EXPECT_LE(k.size(), p.size());
+  EXPECT_TRUE(Inspect(k.data(), k.size())->channel_groups) << "per-channel scale: groups should pay";
+  EXPECT_EQ(Decoded(k, in.size()), in);
+  // Within 1.5% of the order-0 bound (exponents at entropy + raw plane).
+  const double bound = *Order0BoundBytes(DType::kBF16, in.data(), in.size());
+  EXPECT_LT(p.size(), bound * 1.015) << "size " << p.size() << " bound " << bound;
+}
+
+TEST(Codec, SpecialValuesRoundTripBitExactly) {
+  const uint16_t bf16[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fc1, 0xffff, 0x0001, 0x807f, 0x7f7f, 0x3f80};
+  std::vector<uint8_t> in;
+  for (int rep = 0; rep < 5000; ++rep) {
+    for (uint16_t v : bf16) {
+      in.push_back(static_cast<uint8_t>(v));
+      in.push_back(static_cast<uint8_t>(v >> 8));
+    }
+  }
+  for (DType d : kAll) {
+    EncodeOptions o;
+    o.dtype = d;
+    std::vector<uint8_t> use(in.begin(), in.begin() + (in.size() / Info(d)->bytes) * Info(d)->bytes);
+    EXPECT_EQ(Decoded(Encoded(o, use), use.size()), use) << DTypeName(d);
+  }
+  // Every fp32 exponent and the NaN payloads.
+  std::vector<uint8_t> f32;
+  for (uint32_t e = 0; e < 256; ++e) {
+    for (uint32_t m : {0u, 1u, 0x400000u, 0x7fffffu}) {
+      for (uint32_t s : {0u, 1u}) {
+        const uint32_t v = (s << 31) | (e << 23) | m;
+        for (int b = 0; b < 4; ++b) f32.push_back(static_cast<uint8_t>(v >> (8 * b)));
+      }
+    }
+  }
+  EncodeOptions o;
+  o.dtype = DType::kFP32;
+  EXPECT_EQ(Decoded(Encoded(o, f32), f32.size()), f32);
+}
+
+TEST(Codec, RandomBytesNeverGrowPastTheBound) {
+  for (DType d : kAll) {
+    for (size_t n : {size_t{4}, size_t{4096}, size_t{1} << 20}) {
+      auto in = RandomBytes(n, 9);
+      EncodeOptions o;
+      o.dtype = d;
+      auto chunk = Encoded(o, in);
+      EXPECT_LE(chunk.size(), in.size() + in.size() / 500 + 64) << DTypeName(d);
+      EXPECT_EQ(Decoded(chunk, in.size()), in);
+    }
+  }
+}
+
+TEST(Codec, ConstantDataShrinksToAlmostNothing) {
+  std::vector<uint8_t> in(1 << 20, 0);
+  for (size_t i = 0; i < in.size(); i += 2) in[i + 1] = 0x3f;  // bf16 0x3f00 everywhere
+  EncodeOptions o;
+  auto chunk = Encoded(o, in);
+  EXPECT_LT(chunk.size(), in.size() / 2 + 8192);  // the raw plane (1 byte/element) stays
+  EXPECT_EQ(Decoded(chunk, in.size()), in);
+  o.dtype = DType::kBytes;
+  auto bytes = Encoded(o, in);  // opaque: 0x00,0x3f alternate -> 1 bit per byte
+  EXPECT_LT(bytes.size(), in.size() / 6);
+  EXPECT_EQ(Decoded(bytes, in.size()), in);
+}
+
+TEST(Codec, RejectsBadArguments) {
+  std::vector<uint8_t> in(101), out(1000);
+  EncodeOptions o;
+  EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);  // odd bytes for bf16
+  EXPECT_EQ(Encode(o, in.data(), 100, out.data(), 100).status().code(), absl::StatusCode::kInvalidArgument);
+  o.dtype = static_cast<DType>(9);
+  EXPECT_EQ(Encode(o, in.data(), 100, out.data(), out.size()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseDType("bf17").ok());
+  auto good = Encoded(EncodeOptions{}, KvLike(DType::kBF16, 50000, 64, 1));
+  std::vector<uint8_t> small(10);
+  EXPECT_EQ(Decode(good.data(), good.size(), small.data(), small.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Codec, CorruptedOrTruncatedChunksFailAndNeverLie) {
+  EncodeOptions o;
+  o.layout = {64, 2, 64};
+  auto in = KvLike(DType::kBF16, 3 * kTileSymbols + 5, 128, 4);
+  auto chunk = Encoded(o, in);
+  std::vector<uint8_t> out(in.size());
+  for (size_t cut : {size_t{0}, size_t{10}, size_t{64}, chunk.size() / 2, chunk.size() - 1}) {
+    EXPECT_FALSE(Decode(chunk.data(), cut, out.data(), out.size()).ok()) << "cut " << cut;
+  }
+  std::mt19937 rng(5);
+  int failed = 0;
+  for (int k = 0; k < 300; ++k) {
+    auto bad = chunk;
+    const size_t pos = rng() % bad.size();
+    bad[pos] ^= static_cast<uint8_t>(1 + rng() % 255);
+    auto r = Decode(bad.data(), bad.size(), out.data(), out.size());
+    if (r.ok()) {
+      EXPECT_EQ(out, in) << "a corrupted chunk decoded to different bytes at pos " << pos;
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 290);  // only bytes no decoder reads (padding) may change unnoticed
+}
+
+}  // namespace
+}  // namespace kvferry::codec
