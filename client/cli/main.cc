@@ -56,6 +56,8 @@ constexpr char kUsage[] =
     "  watch ID | get ID | cancel ID    follow, show or cancel a transfer (hex id)\n"
     "  demo                             two daemons on loopback: fill, publish, pull, verify, report\n"
     "  bench                            host-to-host throughput vs ucx_perftest (see `kvferry bench --help`)\n"
+    "  codec compress|decompress IN OUT lossless KV codec on files (--dtype --kv_layout=T,H,D --device=cpu)\n"
+    "  codec stats IN                   ratio, order-0 entropy bound and throughput of IN\n"
     "\n"
     "Exit status: 0 on success, 1 on a failed operation, 2 on bad usage.";
 
@@ -240,6 +242,7 @@ int main(int argc, char** argv) {
   if (cmd == "watch" || cmd == "get" || cmd == "cancel") return CmdTransfer(cmd, args);
   if (cmd == "demo") return kvferry::cli::RunDemo(args);
   if (cmd == "bench") return kvferry::cli::RunBench(args);
+  if (cmd == "codec") return kvferry::cli::RunCodec(args);
   std::cerr << "kvferry: unknown command '" << cmd << "'\n\n" << kUsage << "\n";
   return 2;
 }

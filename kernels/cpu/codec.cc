@@ -23,6 +23,9 @@ constexpr uint16_t kFlagStored = 1;
 constexpr uint16_t kFlagChannelGroups = 2;
 constexpr uint32_t kTileRaw = 1u << 31;
 constexpr uint64_t kMaxElements = 1ull << 40;
+// The encoder groups channels only up to this many (its per-channel histograms
+// take 1 KiB each); the format itself allows up to 2^20.
+constexpr uint64_t kMaxGroupedChannels = 8192;
 
 template <typename T>
 void Put(uint8_t* p, T v) {
@@ -126,12 +129,30 @@ struct Table {
   uint32_t lo = 0, count = 0;
   uint32_t freq[256] = {0};
   uint32_t cum[256] = {0};
+  // Encoder: x / f as a multiply (exact for 32-bit x), as in ryg_rans.
+  uint32_t rcp[256] = {0}, rshift[256] = {0}, bias[256] = {0}, cmpl[256] = {0};
+  uint64_t xmax[256] = {0};
 
   void Finish() {
     uint32_t c = 0;
     for (int s = 0; s < 256; ++s) {
       cum[s] = c;
       c += freq[s];
+      const uint32_t f = freq[s];
+      if (f == 0) continue;
+      xmax[s] = uint64_t{f} << (32 - kProbBits);
+      cmpl[s] = kM - f;
+      if (f < 2) {
+        rcp[s] = ~0u;
+        rshift[s] = 0;
+        bias[s] = cum[s] + kM - 1;
+      } else {
+        uint32_t sh = 0;
+        while (f > (1u << sh)) ++sh;
+        rcp[s] = static_cast<uint32_t>(((1ull << (sh + 31)) + f - 1) / f);
+        rshift[s] = sh - 1;
+        bias[s] = cum[s];
+      }
     }
     lo = 0;
     count = 0;
@@ -227,8 +248,10 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   const uint64_t raw_bytes = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
   uint32_t x[kLanes];
   for (auto& v : x) v = kL;
-  std::vector<uint16_t> words;
-  words.reserve(n);
+  // At most one word per symbol.
+  std::vector<uint16_t> word_buf(n);
+  uint16_t* words = word_buf.data();
+  size_t nwords = 0;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
   for (uint32_t r = rounds; r-- > 0;) {
     for (int l = kLanes - 1; l >= 0; --l) {
@@ -236,15 +259,18 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
       if (j >= n) continue;
       const uint32_t s = sym[begin + j];
       const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
-      const uint32_t f = t.freq[s], c = t.cum[s];
-      if (uint64_t{x[l]} >= (uint64_t{f} << (32 - kProbBits))) {
-        words.push_back(static_cast<uint16_t>(x[l] & 0xffff));
-        x[l] >>= 16;
-      }
-      x[l] = ((x[l] / f) << kProbBits) + (x[l] % f) + c;
+      uint32_t v = x[l];
+      // Branch-free renormalisation: the word is always written, kept only if needed.
+      const bool renorm = v >= t.xmax[s];
+      words[nwords] = static_cast<uint16_t>(v);
+      nwords += renorm;
+      v = renorm ? v >> 16 : v;
+      // == ((v / f) << 12) + v % f + cum
+      const uint32_t q = static_cast<uint32_t>((uint64_t{v} * t.rcp[s]) >> 32) >> t.rshift[s];
+      x[l] = v + t.bias[s] + q * t.cmpl[s];
     }
   }
-  const uint64_t coded = (kLanes * 4 + words.size() * 2 + 3) & ~uint64_t{3};
+  const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};
   if (coded >= raw_bytes) {
     out->assign(raw_bytes, 0);
     Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
@@ -254,7 +280,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   uint8_t* p = out->data();
   for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
   p += kLanes * 4;
-  for (size_t k = 0; k < words.size(); ++k) Put<uint16_t>(p + 2 * k, words[words.size() - 1 - k]);
+  for (size_t k = 0; k < nwords; ++k) Put<uint16_t>(p + 2 * k, words[nwords - 1 - k]);
   return static_cast<uint32_t>(coded);
 }
 
@@ -288,12 +314,13 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
       const DecodeTable& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
       const uint32_t slot = x[l] & (kM - 1);
       const uint32_t s = t.slot_sym[slot];
-      x[l] = t.freq[s] * (x[l] >> kProbBits) + slot - t.cum[s];
-      if (x[l] < kL) {
-        if (w + 2 > w_end) return Corrupt("rANS stream ends early");
-        x[l] = (x[l] << 16) | Get<uint16_t>(w);
-        w += 2;
-      }
+      if (t.freq[s] == 0) return Corrupt("coded symbol uses an empty table");
+      uint32_t v = t.freq[s] * (x[l] >> kProbBits) + slot - t.cum[s];
+      const bool renorm = v < kL;
+      if (renorm && w + 2 > w_end) return Corrupt("rANS stream ends early");
+      const uint32_t word = w + 2 <= w_end ? Get<uint16_t>(w) : 0;
+      x[l] = renorm ? (v << 16) | word : v;
+      w += renorm ? 2 : 0;
       sym[begin + j] = static_cast<uint8_t>(s);
     }
   }
@@ -317,8 +344,18 @@ struct Grouping {
 };
 
 Grouping Order0(const std::vector<uint8_t>& sym) {
-  uint64_t hist[256] = {0};
-  for (uint8_t s : sym) ++hist[s];
+  uint64_t part[4][256] = {};
+  const size_t n = sym.size();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++part[0][sym[i]];
+    ++part[1][sym[i + 1]];
+    ++part[2][sym[i + 2]];
+    ++part[3][sym[i + 3]];
+  }
+  for (; i < n; ++i) ++part[0][sym[i]];
+  uint64_t hist[256];
+  for (int s = 0; s < 256; ++s) hist[s] = part[0][s] + part[1][s] + part[2][s] + part[3][s];
   Grouping g;
   g.tables.push_back(Normalize(hist));
   g.side_bytes = TableBytes(g.tables[0]);
@@ -326,44 +363,56 @@ Grouping Order0(const std::vector<uint8_t>& sym) {
   return g;
 }
 
-Grouping ChannelGroups(const std::vector<uint8_t>& sym, uint64_t channels, uint32_t groups) {
-  const uint64_t n = sym.size();
-  std::vector<std::vector<uint64_t>> ch_hist(channels, std::vector<uint64_t>(256, 0));
-  for (uint64_t i = 0; i < n; ++i) ++ch_hist[i % channels][sym[i]];
-  // Order channels by mean exponent (integer sums; ties by index).
-  std::vector<std::pair<uint64_t, uint64_t>> key(channels);  // (sum, count) per channel
-  for (uint64_t c = 0; c < channels; ++c) {
-    uint64_t sum = 0, cnt = 0;
-    for (int s = 0; s < 256; ++s) {
-      sum += ch_hist[c][s] * static_cast<uint64_t>(s);
-      cnt += ch_hist[c][s];
+// Per-channel histograms and the channel order by mean exponent, computed
+// once; each candidate group count is then evaluated from them.
+class ChannelStats {
+ public:
+  ChannelStats(const std::vector<uint8_t>& sym, uint64_t channels) : channels_(channels), hist_(channels * 256, 0) {
+    uint64_t c = 0;
+    for (uint8_t s : sym) {
+      ++hist_[c * 256 + s];
+      if (++c == channels_) c = 0;
     }
-    key[c] = {sum, cnt};
+    std::vector<std::pair<uint64_t, uint64_t>> key(channels_);  // (sum of symbols, count)
+    for (uint64_t ch = 0; ch < channels_; ++ch) {
+      for (int s = 0; s < 256; ++s) {
+        key[ch].first += uint64_t{hist_[ch * 256 + s]} * static_cast<uint64_t>(s);
+        key[ch].second += hist_[ch * 256 + s];
+      }
+    }
+    order_.resize(channels_);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+      // mean_a < mean_b, exactly: sum_a * cnt_b < sum_b * cnt_a
+      return static_cast<unsigned __int128>(key[a].first) * key[b].second <
+             static_cast<unsigned __int128>(key[b].first) * key[a].second;
+    });
   }
-  std::vector<uint32_t> order(channels);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    // mean_a < mean_b  <=>  sum_a * cnt_b < sum_b * cnt_a (128-bit safe via long double is not exact: use __int128)
-    const unsigned __int128 l = static_cast<unsigned __int128>(key[a].first) * key[b].second;
-    const unsigned __int128 r = static_cast<unsigned __int128>(key[b].first) * key[a].second;
-    return l < r;
-  });
-  Grouping g;
-  g.groups = groups;
-  g.channel_group.assign(channels, 0);
-  for (uint64_t k = 0; k < channels; ++k) g.channel_group[order[k]] = static_cast<uint8_t>(k * groups / channels);
-  std::vector<std::vector<uint64_t>> hist(groups, std::vector<uint64_t>(256, 0));
-  for (uint64_t c = 0; c < channels; ++c) {
-    for (int s = 0; s < 256; ++s) hist[g.channel_group[c]][s] += ch_hist[c][s];
+
+  Grouping Groups(uint32_t groups) const {
+    Grouping g;
+    g.groups = groups;
+    g.channel_group.assign(channels_, 0);
+    for (uint64_t k = 0; k < channels_; ++k) g.channel_group[order_[k]] = static_cast<uint8_t>(k * groups / channels_);
+    std::vector<uint64_t> hist(groups * 256, 0);
+    for (uint64_t c = 0; c < channels_; ++c) {
+      uint64_t* h = &hist[g.channel_group[c] * 256];
+      for (int s = 0; s < 256; ++s) h[s] += hist_[c * 256 + s];
+    }
+    g.side_bytes = channels_;
+    for (uint32_t k = 0; k < groups; ++k) {
+      g.tables.push_back(Normalize(&hist[k * 256]));
+      g.side_bytes += TableBytes(g.tables.back());
+      g.bits += CodedBits(&hist[k * 256], g.tables.back());
+    }
+    return g;
   }
-  g.side_bytes = channels;
-  for (uint32_t k = 0; k < groups; ++k) {
-    g.tables.push_back(Normalize(hist[k].data()));
-    g.side_bytes += TableBytes(g.tables.back());
-    g.bits += CodedBits(hist[k].data(), g.tables.back());
-  }
-  return g;
-}
+
+ private:
+  uint64_t channels_;
+  std::vector<uint32_t> hist_;
+  std::vector<uint32_t> order_;
+};
 
 }  // namespace
 
@@ -472,6 +521,15 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   ParallelFor((groups8 + 4095) / 4096, threads, [&](uint64_t part) {
     const uint64_t g0 = part * 4096, g1 = std::min(groups8, g0 + 4096);
     const uint64_t e0 = g0 * 8, e1 = std::min(n, g1 * 8);
+    if (o.dtype == DType::kBF16) {  // the common case, in a loop the compiler vectorises
+      for (uint64_t i = e0; i < e1; ++i) {
+        uint16_t v;
+        std::memcpy(&v, in + 2 * i, 2);
+        sym[i] = static_cast<uint8_t>(v >> 7);
+        raw_out[i] = static_cast<uint8_t>(((v >> 8) & 0x80) | (v & 0x7f));
+      }
+      return;
+    }
     for (uint64_t i = e0; i < e1; ++i) sym[i] = static_cast<uint8_t>(sp.Symbol(sp.Load(in, i)));
     if (sp.info.raw_bits == 0) return;
     if (sp.info.raw_bits == 8) {
@@ -488,10 +546,11 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
   Grouping best = Order0(sym);
-  if (o.channel_groups && channels >= 2 && channels <= (1u << 20) && n >= channels) {
+  if (o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels) {
+    const ChannelStats stats(sym, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
       if (g > channels) break;
-      Grouping cand = ChannelGroups(sym, channels, g);
+      Grouping cand = stats.Groups(g);
       if (cand.bits / 8 + cand.side_bytes < best.bits / 8 + best.side_bytes) best = std::move(cand);
     }
   }
@@ -499,7 +558,10 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   std::vector<uint8_t> table_per_element;
   if (best.groups > 1) {
     table_per_element.resize(n);
-    for (uint64_t i = 0; i < n; ++i) table_per_element[i] = best.channel_group[i % channels];
+    for (uint64_t i = 0, c = 0; i < n; ++i) {
+      table_per_element[i] = best.channel_group[c];
+      if (++c == channels) c = 0;
+    }
     table_of = table_per_element.data();
   }
 
@@ -672,35 +734,22 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
   if (p.info.stored) {
     if (n > 0) std::memcpy(out, in + kHeaderBytes, p.info.original_bytes);
   } else {
-    // Tables a tile may use must be non-empty: checked per symbol through the
-    // per-element table index (an empty table decodes nothing valid).
     std::vector<uint8_t> sym(n);
     std::vector<uint8_t> table_per_element;
     const uint8_t* table_of = nullptr;
     const uint64_t channels = p.info.layout.channels();
     if (p.info.channel_groups) {
       table_per_element.resize(n);
-      for (uint64_t i = 0; i < n; ++i) table_per_element[i] = p.channel_map[i % channels];
+      for (uint64_t i = 0, c = 0; i < n; ++i) {
+        table_per_element[i] = p.channel_map[c];
+        if (++c == channels) c = 0;
+      }
       table_of = table_per_element.data();
-    }
-    std::vector<bool> table_empty(p.tables.size());
-    for (size_t t = 0; t < p.tables.size(); ++t) {
-      uint32_t sum = 0;
-      for (uint32_t s = 0; s < 256; ++s) sum += p.tables[t].freq[s];
-      table_empty[t] = sum == 0;
     }
     const int nt = Threads(threads, p.info.tiles);
     std::vector<absl::Status> status(p.info.tiles);
     ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
       const uint64_t b = t * kTileSymbols, e = std::min<uint64_t>(n, (t + 1) * kTileSymbols);
-      if (!(p.dir[t] & kTileRaw)) {
-        for (uint64_t i = b; i < e; ++i) {
-          if (table_empty[table_of != nullptr ? table_of[i] : 0]) {
-            status[t] = Corrupt("coded symbol uses an empty table");
-            return;
-          }
-        }
-      }
       status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym.data());
     });
     for (const auto& s : status) {
@@ -710,6 +759,14 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
     const uint32_t W = sp.info.raw_bits;
     ParallelFor((n + 32767) / 32768, nt, [&](uint64_t part) {
       const uint64_t b = part * 32768, e = std::min<uint64_t>(n, b + 32768);
+      if (p.info.dtype == DType::kBF16) {
+        for (uint64_t i = b; i < e; ++i) {
+          const uint32_t raw = p.raw_plane[i];
+          const uint16_t v = static_cast<uint16_t>(((raw & 0x80) << 8) | (uint32_t{sym[i]} << 7) | (raw & 0x7f));
+          std::memcpy(out + 2 * i, &v, 2);
+        }
+        return;
+      }
       for (uint64_t i = b; i < e; ++i) {
         const uint32_t raw = W == 0 ? 0 : Unpacked(p.raw_plane, i, W);
         const uint32_t v = sp.Join(sym[i], raw);

@@ -1,0 +1,134 @@
+// `kvferry codec compress|decompress|stats`: the codec on files.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/commands.h"
+#include "kernels/codec.h"
+
+ABSL_DECLARE_FLAG(std::string, dtype);
+ABSL_FLAG(std::string, kv_layout, "", "codec: KV layout TOKENS,HEADS,HEAD_DIM of the data (enables KV-aware mode).");
+ABSL_FLAG(std::string, device, "cpu", "codec: cpu or cuda.");
+ABSL_FLAG(int32_t, codec_threads, 0, "codec: CPU worker threads (0: up to 8).");
+
+namespace kvferry::cli {
+namespace {
+
+absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError("cannot read " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+absl::Status WriteFile(const std::string& path, const uint8_t* data, size_t n) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n));
+    if (!f) return absl::InternalError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError("cannot rename to " + path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<codec::EncodeOptions> OptionsFromFlags() {
+  codec::EncodeOptions o;
+  auto d = codec::ParseDType(absl::GetFlag(FLAGS_dtype).c_str());
+  if (!d.ok()) return d.status();
+  o.dtype = *d;
+  o.threads = absl::GetFlag(FLAGS_codec_threads);
+  const std::string l = absl::GetFlag(FLAGS_kv_layout);
+  if (!l.empty()) {
+    std::vector<std::string> p = absl::StrSplit(l, ',');
+    if (p.size() != 3 || !absl::SimpleAtoi(p[0], &o.layout.tokens) || !absl::SimpleAtoi(p[1], &o.layout.heads) ||
+        !absl::SimpleAtoi(p[2], &o.layout.head_dim) || o.layout.heads == 0 || o.layout.head_dim == 0) {
+      return absl::InvalidArgumentError("--kv_layout must be TOKENS,HEADS,HEAD_DIM with positive HEADS, HEAD_DIM");
+    }
+  }
+  if (absl::GetFlag(FLAGS_device) == "cuda") {
+    return absl::UnimplementedError("--device=cuda: the CUDA codec is not built yet; use --device=cpu");
+  }
+  if (absl::GetFlag(FLAGS_device) != "cpu") return absl::InvalidArgumentError("--device must be cpu or cuda");
+  return o;
+}
+
+template <typename Fn>
+double MedianSeconds(int reps, Fn fn) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "kvferry codec: " << s << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int RunCodec(const std::vector<std::string>& args) {
+  if (args.size() < 3 || (args[1] != "stats" && args.size() < 4)) {
+    std::cerr << "usage: kvferry codec compress|decompress IN OUT | stats IN  [--dtype=bf16] [--kv_layout=T,H,D]"
+                 " [--device=cpu]\n";
+    return 2;
+  }
+  const std::string& verb = args[1];
+  auto in = ReadFile(args[2]);
+  if (!in.ok()) return Fail(in.status());
+  if (verb == "decompress") {
+    auto info = codec::Inspect(in->data(), in->size());
+    if (!info.ok()) return Fail(info.status());
+    std::vector<uint8_t> out(info->original_bytes);
+    auto n = codec::Decode(in->data(), in->size(), out.data(), out.size(), absl::GetFlag(FLAGS_codec_threads));
+    if (!n.ok()) return Fail(n.status());
+    if (auto st = WriteFile(args[3], out.data(), *n); !st.ok()) return Fail(st);
+    std::printf("%zu -> %zu bytes (%s)\n", in->size(), *n, codec::DTypeName(info->dtype));
+    return 0;
+  }
+  auto o = OptionsFromFlags();
+  if (!o.ok()) return Fail(o.status());
+  std::vector<uint8_t> out(codec::MaxEncodedBytes(in->size()));
+  auto n = codec::Encode(*o, in->data(), in->size(), out.data(), out.size());
+  if (!n.ok()) return Fail(n.status());
+  if (verb == "compress") {
+    if (auto st = WriteFile(args[3], out.data(), *n); !st.ok()) return Fail(st);
+    std::printf("%zu -> %zu bytes, ratio %.4f\n", in->size(), *n, static_cast<double>(in->size()) / *n);
+    return 0;
+  }
+  if (verb != "stats") return std::cerr << "kvferry codec: unknown verb '" << verb << "'\n", 2;
+  auto info = codec::Inspect(out.data(), *n);
+  auto bound = codec::Order0BoundBytes(o->dtype, in->data(), in->size());
+  if (!info.ok() || !bound.ok()) return Fail(info.ok() ? bound.status() : info.status());
+  std::vector<uint8_t> back(in->size());
+  const double enc = MedianSeconds(5, [&] { (void)codec::Encode(*o, in->data(), in->size(), out.data(), out.size()); });
+  const double dec = MedianSeconds(5, [&] {
+    (void)codec::Decode(out.data(), *n, back.data(), back.size(), absl::GetFlag(FLAGS_codec_threads));
+  });
+  if (back != *in) return Fail(absl::DataLossError("round trip mismatch"));
+  std::printf("dtype           %s, %llu elements, %zu bytes\n", codec::DTypeName(o->dtype),
+              static_cast<unsigned long long>(info->elements), in->size());
+  std::printf("compressed      %zu bytes, ratio %.4f%s\n", *n, static_cast<double>(in->size()) / *n,
+              info->stored ? " (stored: data does not compress)" : "");
+  std::printf("order-0 bound   %.0f bytes, ratio %.4f (chunk is %.2f%% above it)\n", *bound, in->size() / *bound,
+              100.0 * (*n / *bound - 1));
+  std::printf("tables          %u%s, tiles %u (%u raw)\n", info->tables,
+              info->channel_groups ? " (KV-aware channel groups)" : "", info->tiles, info->raw_tiles);
+  std::printf("cpu encode      %.3f GB/s, decode %.3f GB/s (of uncompressed bytes, median of 5)\n",
+              in->size() / enc / 1e9, in->size() / dec / 1e9);
+  return 0;
+}
+
+}  // namespace kvferry::cli
