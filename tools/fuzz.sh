@@ -17,13 +17,15 @@ LIBS=($(pkg-config --libs absl_status absl_statusor absl_synchronization absl_st
 declare -A SOURCES=(
   [chunk_header]="tests/fuzz/chunk_header_fuzz.cc transport/chunk.cc"
   [ucx_address]="tests/fuzz/ucx_address_fuzz.cc transport/ucx/address.cc kernels/cpu/checksum.cc"
+  [codec_decode]="tests/fuzz/codec_decode_fuzz.cc kernels/cpu/codec.cc kernels/cpu/checksum.cc"
+  [codec_roundtrip]="tests/fuzz/codec_roundtrip_fuzz.cc kernels/cpu/codec.cc kernels/cpu/checksum.cc"
   [chunk_receive]="tests/fuzz/chunk_receive_fuzz.cc transport/chunk.cc transport/pipeline/engine.cc
                    transport/pipeline/segments.cc transport/loopback/loopback_transport.cc
                    kernels/cpu/checksum.cc common/log.cc"
 )
 
 status=0
-for target in chunk_header ucx_address chunk_receive; do
+for target in chunk_header ucx_address chunk_receive codec_decode codec_roundtrip; do
   bin="$out/${target}_fuzz"
   # shellcheck disable=SC2086
   if ! "$CXX" "${FLAGS[@]}" ${SOURCES[$target]} "${LIBS[@]}" -o "$bin" 2>"$out/$target.build.log"; then
