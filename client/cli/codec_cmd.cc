@@ -14,7 +14,7 @@
 #include "client/cli/commands.h"
 #include "kernels/codec.h"
 
-ABSL_DECLARE_FLAG(std::string, dtype);
+ABSL_FLAG(std::string, dtype, "bf16", "Element type: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, bytes.");
 ABSL_FLAG(std::string, kv_layout, "", "codec: KV layout TOKENS,HEADS,HEAD_DIM of the data (enables KV-aware mode).");
 ABSL_FLAG(std::string, device, "cpu", "codec: cpu or cuda.");
 ABSL_FLAG(int32_t, codec_threads, 0, "codec: CPU worker threads (0: up to 8).");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -23,7 +24,7 @@ ABSL_FLAG(std::string, name, "", "pool create/register: pool name.");
 ABSL_FLAG(std::string, shm, "", "pool register: POSIX shm name of an existing segment (/name).");
 ABSL_FLAG(uint64_t, offset, 0, "pool register: byte offset of the pool in the segment.");
 ABSL_FLAG(std::string, layout, "32,2,16,8,128", "Pool layout LAYERS,PLANES,BLOCK_TOKENS,HEADS,HEAD_DIM.");
-ABSL_FLAG(std::string, dtype, "bf16", "Element type: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, bytes.");
+ABSL_DECLARE_FLAG(std::string, dtype);  // defined with the codec command
 ABSL_FLAG(uint32_t, blocks, 0, "pool create/register: number of blocks in the pool.");
 ABSL_FLAG(uint64_t, pool, 0, "publish/pull/pool unregister: pool id.");
 ABSL_FLAG(std::string, block_ids, "", "publish/pull: block ids, e.g. 0-63 or 3,5,9.");

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 
 #include <fstream>
+#include <iterator>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +105,63 @@ TEST(Cli, BadUsageFailsClearly) {
   EXPECT_NE(bad_layout.output.find("LAYERS,PLANES"), std::string::npos) << bad_layout.output;
   CliRun help = Cli({"--help"});
   EXPECT_NE(help.output.find("Commands:"), std::string::npos) << help.output;
+}
+
+}  // namespace
+}  // namespace kvferry::testing
+
+namespace kvferry::testing {
+namespace {
+
+TEST(Cli, CodecRoundTripsFilesAndRejectsBadInput) {
+  const std::string dir = TmpDir();
+  // KV-like bf16 data, 64K elements.
+  std::vector<uint8_t> data(1 << 17);
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < data.size(); i += 2) {
+    data[i] = static_cast<uint8_t>(rng());
+    data[i + 1] = static_cast<uint8_t>(0x3c + rng() % 5);  // narrow exponent range
+  }
+  const std::string in = dir + "/kv.bf16", z = dir + "/kv.kvz", back = dir + "/kv.out";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  }
+  CliRun c = Cli({"codec", "compress", in, z, "--dtype=bf16", "--kv_layout=64,8,128"});
+  ASSERT_EQ(c.code, 0) << c.output;
+  CliRun d = Cli({"codec", "decompress", z, back});
+  ASSERT_EQ(d.code, 0) << d.output;
+  std::ifstream f(back, std::ios::binary);
+  std::vector<uint8_t> got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, data);
+  CliRun s = Cli({"codec", "stats", in, "--dtype=bf16"});
+  EXPECT_EQ(s.code, 0) << s.output;
+  EXPECT_NE(s.output.find("order-0 bound"), std::string::npos) << s.output;
+
+  // Bad input: clear errors, non-zero exits, no output file left behind.
+  EXPECT_EQ(Cli({"codec", "compress", in, z, "--dtype=bf17"}).code, 1);
+  EXPECT_EQ(Cli({"codec", "compress", in, z, "--dtype=fp32", "--kv_layout=1,2"}).code, 1);
+  CliRun cuda = Cli({"codec", "compress", in, z, "--device=cuda"});
+  EXPECT_EQ(cuda.code, 1);
+  EXPECT_NE(cuda.output.find("not built yet"), std::string::npos) << cuda.output;
+  // Truncated and corrupted chunks.
+  std::ifstream zf(z, std::ios::binary);
+  std::string chunk((std::istreambuf_iterator<char>(zf)), std::istreambuf_iterator<char>());
+  const std::string trunc = dir + "/trunc.kvz", bad = dir + "/bad.kvz", never = dir + "/never.out";
+  std::ofstream(trunc, std::ios::binary) << chunk.substr(0, chunk.size() / 2);
+  std::string flipped = chunk;
+  flipped[chunk.size() - 100] ^= 0x55;
+  std::ofstream(bad, std::ios::binary) << flipped;
+  for (const std::string& broken : {trunc, bad}) {
+    CliRun r = Cli({"codec", "decompress", broken, never});
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("DATA_LOSS"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::ifstream(never).good()) << "no output for a corrupt chunk";
+  }
+  CliRun odd = Cli({"codec", "compress", trunc, z, "--dtype=fp32"});  // not a whole number of fp32
+  if (chunk.size() / 2 % 4 != 0) EXPECT_EQ(odd.code, 1) << odd.output;
+  EXPECT_EQ(Cli({"codec", "decompress", dir + "/missing.kvz", never}).code, 1);
+  EXPECT_EQ(Cli({"codec", "compress", in}).code, 2);
 }
 
 }  // namespace
