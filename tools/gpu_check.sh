@@ -25,6 +25,11 @@ if command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer memcheck"
   run compute-sanitizer --error-exitcode=1 $B/checksum_cuda_test --gtest_filter='*Matches*'
 fi
+step "codec: CUDA decoder vs CPU reference; decode throughput"
+run $B/codec_cuda_test
+if command -v compute-sanitizer >/dev/null; then
+  run compute-sanitizer --error-exitcode=1 $B/codec_cuda_test --gtest_filter='*DecodesCpuChunks*:*Corrupted*'
+fi
 step "pipeline engine over UCX (static binary)"
 run $B/engine_test
 step "demo"

@@ -129,30 +129,14 @@ struct Table {
   uint32_t lo = 0, count = 0;
   uint32_t freq[256] = {0};
   uint32_t cum[256] = {0};
-  // Encoder: x / f as a multiply (exact for 32-bit x), as in ryg_rans.
-  uint32_t rcp[256] = {0}, rshift[256] = {0}, bias[256] = {0}, cmpl[256] = {0};
-  uint64_t xmax[256] = {0};
+  uint64_t xmax[256] = {0};  // renormalise while x >= f << 20
 
   void Finish() {
     uint32_t c = 0;
     for (int s = 0; s < 256; ++s) {
       cum[s] = c;
       c += freq[s];
-      const uint32_t f = freq[s];
-      if (f == 0) continue;
-      xmax[s] = uint64_t{f} << (32 - kProbBits);
-      cmpl[s] = kM - f;
-      if (f < 2) {
-        rcp[s] = ~0u;
-        rshift[s] = 0;
-        bias[s] = cum[s] + kM - 1;
-      } else {
-        uint32_t sh = 0;
-        while (f > (1u << sh)) ++sh;
-        rcp[s] = static_cast<uint32_t>(((1ull << (sh + 31)) + f - 1) / f);
-        rshift[s] = sh - 1;
-        bias[s] = cum[s];
-      }
+      xmax[s] = uint64_t{freq[s]} << (32 - kProbBits);
     }
     lo = 0;
     count = 0;
@@ -265,9 +249,10 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
       words[nwords] = static_cast<uint16_t>(v);
       nwords += renorm;
       v = renorm ? v >> 16 : v;
-      // == ((v / f) << 12) + v % f + cum
-      const uint32_t q = static_cast<uint32_t>((uint64_t{v} * t.rcp[s]) >> 32) >> t.rshift[s];
-      x[l] = v + t.bias[s] + q * t.cmpl[s];
+      // A plain division: reciprocal tricks (ryg_rans) are exact only for
+      // x < 2^31, and these states reach 2^32 - 1 when f >= 2048.
+      const uint32_t f = t.freq[s];
+      x[l] = ((v / f) << kProbBits) + (v % f) + t.cum[s];
     }
   }
   const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};

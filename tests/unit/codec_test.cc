@@ -77,6 +77,9 @@ TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
       auto in = KvLike(d, n, 128, static_cast<uint32_t>(n));
       EncodeOptions o;
       o.dtype = d;
+      auto kv_opts = o;
+      kv_opts.layout = {0, 8, 16};  // KV-aware mode as well
+      EXPECT_EQ(Decoded(Encoded(kv_opts, in), in.size()), in) << DTypeName(d) << " n=" << n << " (KV-aware)";
       auto chunk = Encoded(o, in);
       ASSERT_LE(chunk.size(), MaxEncodedBytes(in.size()));
       EXPECT_EQ(Decoded(chunk, in.size()), in) << DTypeName(d) << " n=" << n;
@@ -159,6 +162,23 @@ TEST(Codec, ConstantDataShrinksToAlmostNothing) {
   auto bytes = Encoded(o, in);  // opaque: 0x00,0x3f alternate -> 1 bit per byte
   EXPECT_LT(bytes.size(), in.size() / 6);
   EXPECT_EQ(Decoded(bytes, in.size()), in);
+}
+
+// A symbol with probability >= 1/2 (frequency >= 2048) drives encoder states
+// above 2^31, where reciprocal-multiply division shortcuts stop being exact.
+TEST(Codec, PeakyDistributionsRoundTrip) {
+  std::mt19937 rng(8);
+  for (int dominant_pct : {55, 90, 99}) {
+    std::vector<uint8_t> in(2 * 200000);
+    for (size_t i = 0; i < in.size(); i += 2) {
+      in[i] = static_cast<uint8_t>(rng());
+      in[i + 1] = static_cast<uint8_t>(static_cast<int>(rng() % 100) < dominant_pct ? 0x3f : 0x3c + rng() % 8);
+    }
+    EncodeOptions o;
+    auto chunk = Encoded(o, in);
+    EXPECT_EQ(Decoded(chunk, in.size()), in) << dominant_pct << "%";
+    EXPECT_LT(chunk.size(), in.size()) << dominant_pct << "%";
+  }
 }
 
 TEST(Codec, RejectsBadArguments) {

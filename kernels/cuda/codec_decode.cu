@@ -1,0 +1,372 @@
+// CUDA decoder for kvferry codec chunks. Mirrors kernels/cpu/codec.cc's Parse
+// and Decode; see docs/codec-format.md.
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "kernels/checksum_core.h"
+#include "kernels/cuda/codec_cuda.h"
+#include "kernels/cuda/kvsum64.cuh"
+
+namespace kvferry::codec::cuda {
+namespace {
+
+constexpr uint32_t kHeader = 64;
+constexpr uint32_t kTile = 16384;
+constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kM = 1u << kProbBits;
+constexpr uint32_t kL = 1u << 16;
+constexpr uint32_t kMaxTables = 16;
+constexpr uint32_t kTileRaw = 1u << 31;
+
+struct DevTable {
+  uint16_t freq[256];
+  uint16_t cum[256];
+  uint8_t slot_sym[kM];
+};
+
+struct ChunkState {
+  uint64_t n, orig_bytes, checksum, channels;
+  uint64_t raw_off, map_off;
+  uint32_t tiles, tables, flags;
+  uint32_t elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
+};
+
+constexpr uint16_t kStored = 1, kGroups = 2;
+
+struct Workspace {
+  ChunkState* state;
+  DevTable* tables;        // [max_chunks][kMaxTables]
+  uint64_t* tile_off;      // [max_chunks][max_tiles]: byte offset of each tile
+  uint32_t* tile_entry;    // [max_chunks][max_tiles]: directory entries
+  unsigned long long* sum; // [max_chunks]
+};
+
+__device__ uint64_t Ld64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+__device__ uint32_t Ld32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24); }
+__device__ uint32_t Ld16(const uint8_t* p) { return p[0] | (p[1] << 8); }
+
+__device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w) {
+  switch (d) {
+    case 1: *bytes = 2; *e = 8; *w = 8; return true;
+    case 2: *bytes = 2; *e = 5; *w = 11; return true;
+    case 3: *bytes = 4; *e = 8; *w = 24; return true;
+    case 4: *bytes = 1; *e = 4; *w = 4; return true;
+    case 5: *bytes = 1; *e = 5; *w = 3; return true;
+    case 6: *bytes = 1; *e = 8; *w = 0; return true;
+  }
+  return false;
+}
+
+// Reads value k of packed values of `width` bits (groups of 8, LSB-first).
+__device__ uint32_t Unpack(const uint8_t* packed, uint64_t i, uint32_t width) {
+  if (width == 8) return packed[i];
+  const uint64_t bit = (i / 8) * width * 8 + (i % 8) * width;
+  const uint8_t* p = packed + bit / 8;
+  const uint32_t shift = bit % 8;
+  uint32_t v = 0;
+  const uint32_t nbytes = (shift + width + 7) / 8;
+  for (uint32_t b = 0; b < nbytes; ++b) v |= static_cast<uint32_t>(p[b]) << (8 * b);
+  return (v >> shift) & ((1u << width) - 1);
+}
+
+__device__ void Store(const ChunkState& s, uint8_t* out, uint64_t i, uint32_t sym, uint32_t raw) {
+  uint32_t v;
+  if (s.opaque) {
+    v = sym;
+  } else {
+    const uint32_t sign = raw >> s.mant_bits;
+    v = (sign << (s.exp_bits + s.mant_bits)) | (sym << s.mant_bits) | (raw & ((1u << s.mant_bits) - 1));
+  }
+  uint8_t* p = out + i * s.elem_bytes;
+  if (s.elem_bytes == 2) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);  // outputs are element-aligned
+  } else if (s.elem_bytes == 4) {
+    *reinterpret_cast<uint32_t*>(p) = v;
+  } else {
+    *p = static_cast<uint8_t>(v);
+  }
+}
+
+// One block per chunk: checks the header and sections, builds the decode
+// tables, and lays out the tiles.
+__global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  const int c = blockIdx.x;
+  const DeviceChunk ch = chunks[c];
+  ChunkState& s = ws.state[c];
+  __shared__ int32_t err;
+  __shared__ uint64_t table_off[kMaxTables];
+  __shared__ uint32_t table_lo[kMaxTables], table_count[kMaxTables];
+  if (threadIdx.x == 0) {
+    err = kOk;
+    ws.sum[c] = 0;
+    const uint8_t* in = ch.data;
+    do {
+      if (ch.bytes < kHeader || in[0] != 'K' || in[1] != 'V' || in[2] != 'Z' || in[3] != '1' || in[4] != 1) {
+        err = kBadHeader;
+        break;
+      }
+      if (!DTypeInfo(in[5], &s.elem_bytes, &s.exp_bits, &s.raw_bits)) { err = kBadHeader; break; }
+      s.opaque = in[5] == 6;
+      s.mant_bits = s.raw_bits == 0 ? 0 : s.raw_bits - 1;
+      s.flags = Ld16(in + 6);
+      if ((s.flags & ~3u) || Ld16(in + 30) != 0 || Ld32(in + 36) != 0) { err = kBadHeader; break; }
+      s.n = Ld64(in + 8);
+      if (s.n > (1ull << 40)) { err = kBadHeader; break; }
+      s.orig_bytes = s.n * s.elem_bytes;
+      s.channels = static_cast<uint64_t>(Ld32(in + 20)) * Ld32(in + 24);
+      s.tables = Ld16(in + 28);
+      s.tiles = Ld32(in + 32);
+      const uint64_t raw_plane = Ld64(in + 40), payload = Ld64(in + 48);
+      s.checksum = Ld64(in + 56);
+      if (payload != ch.bytes - kHeader) { err = kBadHeader; break; }
+      if (s.orig_bytes > ch.out_capacity) { err = kOutputTooSmall; break; }
+      if (s.flags & kStored) {
+        if ((s.flags & kGroups) || s.tables || s.tiles || raw_plane || payload != s.orig_bytes) err = kBadSection;
+        s.tiles = static_cast<uint32_t>((s.orig_bytes + kTile - 1) / kTile);  // copy in tile-sized pieces
+        if (s.tiles > max_tiles) err = kTooLarge;
+        break;
+      }
+      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tiles != (s.n + kTile - 1) / kTile ||
+          s.tables < 1 || s.tables > kMaxTables || (!(s.flags & kGroups) && s.tables != 1)) {
+        err = kBadSection;
+        break;
+      }
+      if (s.tiles > max_tiles) { err = kTooLarge; break; }
+      uint64_t off = kHeader;
+      s.raw_off = off;
+      off += raw_plane;
+      s.map_off = off;
+      if (s.flags & kGroups) {
+        if (s.channels < 2 || s.channels > (1u << 20)) { err = kBadSection; break; }
+        off += s.channels;
+      }
+      for (uint32_t t = 0; t < s.tables && err == kOk; ++t) {
+        if (off + 4 > ch.bytes) { err = kBadSection; break; }
+        table_lo[t] = Ld16(in + off);
+        table_count[t] = Ld16(in + off + 2);
+        table_off[t] = off + 4;
+        off += 4 + 2ull * table_count[t];
+        if (table_lo[t] + table_count[t] > (1u << s.exp_bits) || off > ch.bytes) err = kBadSection;
+      }
+      if (err != kOk) break;
+      if (off + 4ull * s.tiles > ch.bytes) { err = kBadSection; break; }
+      const uint64_t dir = off;
+      off += 4ull * s.tiles;
+      for (uint32_t t = 0; t < s.tiles; ++t) {
+        const uint32_t e = Ld32(in + dir + 4ull * t);
+        const uint32_t size = e & ~kTileRaw;
+        ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t] = e;
+        ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t] = off;
+        if (size % 4 != 0 || off + size > ch.bytes) { err = kBadSection; break; }
+        off += size;
+      }
+      if (err == kOk && off != ch.bytes) err = kBadSection;
+    } while (false);
+  }
+  __syncthreads();
+  if (err != kOk || (s.flags & kStored)) {
+    if (threadIdx.x == 0) status[c] = err;
+    return;
+  }
+  // Channel map entries must name existing tables.
+  const uint8_t* in = ch.data;
+  if (s.flags & kGroups) {
+    for (uint64_t k = threadIdx.x; k < s.channels; k += blockDim.x) {
+      if (in[s.map_off + k] >= s.tables) err = kBadSection;
+    }
+  }
+  // Decode tables: frequencies, cumulative sums (thread 0 per table), slots.
+  for (uint32_t t = threadIdx.x; t < s.tables; t += blockDim.x) {
+    DevTable& dt = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t];
+    uint32_t cum = 0;
+    for (uint32_t sym = 0; sym < 256; ++sym) {
+      const uint32_t f = (sym >= table_lo[t] && sym < table_lo[t] + table_count[t])
+                             ? Ld16(in + table_off[t] + 2 * (sym - table_lo[t]))
+                             : 0;
+      dt.freq[sym] = static_cast<uint16_t>(f);
+      dt.cum[sym] = static_cast<uint16_t>(cum);
+      cum += f;
+      if (cum > kM) {
+        err = kBadSection;
+        break;
+      }
+    }
+    if (cum != kM && cum != 0) err = kBadSection;
+  }
+  __syncthreads();
+  for (uint32_t t = 0; t < s.tables && err == kOk; ++t) {
+    DevTable& dt = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t];
+    for (uint32_t sym = threadIdx.x; sym < 256; sym += blockDim.x) {
+      for (uint32_t k = 0; k < dt.freq[sym]; ++k) dt.slot_sym[dt.cum[sym] + k] = static_cast<uint8_t>(sym);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) status[c] = err;
+}
+
+// One warp per tile (blockIdx.x = tile, blockIdx.y = chunk).
+__global__ void DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  const int c = blockIdx.y;
+  const uint32_t t = blockIdx.x;
+  const ChunkState& s = ws.state[c];
+  if (status[c] != kOk || t >= s.tiles) return;
+  const DeviceChunk ch = chunks[c];
+  const int lane = threadIdx.x;
+  if (s.flags & kStored) {  // copy this tile's share of the bytes
+    const uint64_t b = static_cast<uint64_t>(t) * kTile, e = min(s.orig_bytes, b + kTile);
+    for (uint64_t i = b + lane; i < e; i += 32) ch.out[i] = ch.data[kHeader + i];
+    return;
+  }
+  const uint64_t begin = static_cast<uint64_t>(t) * kTile;
+  const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), s.n - begin));
+  const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
+  const uint32_t size = entry & ~kTileRaw;
+  const uint8_t* tile = ch.data + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
+  const uint8_t* raw = ch.data + s.raw_off;
+  const uint8_t* map = ch.data + s.map_off;
+  const DevTable* tables = ws.tables + static_cast<uint64_t>(c) * kMaxTables;
+  const bool groups = s.flags & kGroups;
+  if (entry & kTileRaw) {
+    if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) {
+      if (lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
+      return;
+    }
+    for (uint32_t j = lane; j < n; j += 32) {
+      const uint64_t i = begin + j;
+      Store(s, ch.out, i, Unpack(tile, j, s.exp_bits), s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
+    }
+    return;
+  }
+  bool bad = size < 128;
+  uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
+  bad |= x < kL;
+  const uint8_t* words = tile + 128;
+  const uint32_t nwords = bad ? 0 : (size - 128) / 2;
+  uint32_t wpos = 0;
+  const uint32_t rounds = (n + 31) / 32;
+  uint64_t ch_idx = groups ? (begin + lane) % s.channels : 0;
+  const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
+  for (uint32_t r = 0; r < rounds && !__any_sync(0xffffffffu, bad); ++r) {
+    const uint32_t j = r * 32 + lane;
+    const bool active = j < n;
+    uint32_t sym = 0;
+    bool need = false;
+    if (active) {
+      const DevTable& tb = tables[groups ? map[ch_idx] : 0];
+      const uint32_t slot = x & (kM - 1);
+      sym = tb.slot_sym[slot];
+      const uint32_t f = tb.freq[sym];
+      bad |= f == 0;
+      x = f * (x >> kProbBits) + slot - tb.cum[sym];
+      need = x < kL;
+    }
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    const uint32_t my = wpos + __popc(mask & ((1u << lane) - 1));
+    if (need) {
+      if (my >= nwords) {
+        bad = true;
+      } else {
+        x = (x << 16) | Ld16(words + 2 * my);
+      }
+    }
+    wpos += __popc(mask);
+    if (active && !bad) {
+      const uint64_t i = begin + j;
+      Store(s, ch.out, i, sym, s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
+    }
+    if (groups) {
+      ch_idx += ch_step;
+      if (ch_idx >= s.channels) ch_idx -= s.channels;
+    }
+  }
+  bad |= x != kL;
+  bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
+  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
+}
+
+// kvsum64 of each chunk's decoded bytes (blockIdx.y = chunk).
+__global__ void ChecksumKernel(const DeviceChunk* chunks, const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkState& s = ws.state[c];
+  const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t block = gtid / 8;
+  const uint64_t nblocks = (s.orig_bytes + 4095) / 4096;
+  if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;  // whole CUDA block past the end
+  kvferry::cuda::Kvsum64AddBlockDigest(chunks[c].out, s.orig_bytes, block, static_cast<int>(gtid % 8),
+                                       block < nblocks, &ws.sum[c]);
+}
+
+__global__ void FinishKernel(int32_t* status, Workspace ws, int count) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= count || status[c] != kOk) return;
+  const ChunkState& s = ws.state[c];
+  if (kvferry::checksum::Finish(ws.sum[c], s.orig_bytes) != s.checksum) status[c] = kChecksum;
+}
+
+}  // namespace
+
+absl::Status ToStatus(int32_t code) {
+  switch (code) {
+    case kOk:
+      return absl::OkStatus();
+    case kTooLarge:
+      return absl::ResourceExhaustedError("chunk larger than the CUDA decoder was sized for");
+    case kOutputTooSmall:
+      return absl::InvalidArgumentError("output buffer smaller than the decoded chunk");
+    case kChecksum:
+      return absl::DataLossError("corrupt chunk: checksum of the decoded bytes does not match");
+    default:
+      return absl::DataLossError(absl::StrFormat("corrupt chunk (CUDA decoder code %d)", code));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_t max_chunk_bytes) {
+  if (max_chunks < 1 || max_chunk_bytes < 1) return absl::InvalidArgumentError("decoder must hold >= 1 chunk");
+  auto d = std::unique_ptr<Decoder>(new Decoder());
+  d->max_chunks_ = max_chunks;
+  d->max_chunk_bytes_ = max_chunk_bytes;
+  d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
+  const uint64_t n = static_cast<uint64_t>(max_chunks);
+  const uint64_t bytes = sizeof(Workspace) + n * sizeof(ChunkState) + n * kMaxTables * sizeof(DevTable) +
+                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
+  if (cudaMalloc(&d->workspace_, bytes) != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of decoder workspace", bytes));
+  }
+  return d;
+}
+
+Decoder::~Decoder() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+}
+
+cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* status, cudaStream_t stream) {
+  if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
+  auto* base = static_cast<uint8_t*>(workspace_);
+  const uint64_t n = static_cast<uint64_t>(max_chunks_);
+  Workspace ws;
+  auto align = [](uint8_t* p) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15}); };
+  uint8_t* p = align(base);
+  ws.state = reinterpret_cast<ChunkState*>(p);
+  p = align(p + n * sizeof(ChunkState));
+  ws.tables = reinterpret_cast<DevTable*>(p);
+  p = align(p + n * kMaxTables * sizeof(DevTable));
+  ws.tile_off = reinterpret_cast<uint64_t*>(p);
+  p = align(p + n * max_tiles_ * sizeof(uint64_t));
+  ws.tile_entry = reinterpret_cast<uint32_t*>(p);
+  p = align(p + n * max_tiles_ * sizeof(uint32_t));
+  ws.sum = reinterpret_cast<unsigned long long*>(p);
+  ParseKernel<<<count, 256, 0, stream>>>(chunks, status, ws, max_tiles_);
+  DecodeKernel<<<dim3(max_tiles_, count), 32, 0, stream>>>(chunks, status, ws, max_tiles_);
+  const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
+  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status,
+                                                                                                       ws);
+  FinishKernel<<<(count + 127) / 128, 128, 0, stream>>>(status, ws, count);
+  return cudaGetLastError();
+}
+
+}  // namespace kvferry::codec::cuda
