@@ -75,6 +75,10 @@ absl::StatusOr<Split> MakeSplit(DType d) {
 // Groups of 8 values of `width` bits, LSB-first, `width` bytes per group.
 uint64_t PackedBytes(uint64_t count, uint32_t width) { return (count + 7) / 8 * width; }
 
+// Zero bytes after the tile directory that align tile 0 (and so every tile,
+// whose sizes are multiples of 4) to 4 bytes from the chunk start.
+uint64_t TilePad(uint64_t offset) { return (4 - offset % 4) % 4; }
+
 void PackGroup(const uint32_t* v, int k_count, uint32_t width, uint8_t* out) {
   std::memset(out, 0, width);
   for (int k = 0; k < k_count; ++k) {
@@ -562,6 +566,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   // 4. Assemble, or store when coding does not pay.
   uint64_t payload = raw_plane + (best.groups > 1 ? channels : 0) + 4ull * tiles;
   for (const auto& t : best.tables) payload += TableBytes(t);
+  const uint64_t pad = TilePad(kHeaderBytes + payload);
+  payload += pad;
   for (const auto& tb : tile_bytes) payload += tb.size();
   if (payload >= in_bytes) return stored();
   uint8_t* p = out + kHeaderBytes + raw_plane;
@@ -576,6 +582,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     for (uint32_t s = t.lo; s < t.lo + t.count; ++s, p += 2) Put<uint16_t>(p, static_cast<uint16_t>(t.freq[s]));
   }
   for (uint32_t t = 0; t < tiles; ++t, p += 4) Put<uint32_t>(p, dir[t]);
+  std::memset(p, 0, pad);
+  p += pad;
   for (const auto& tb : tile_bytes) {
     std::memcpy(p, tb.data(), tb.size());
     p += tb.size();
@@ -683,6 +691,12 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   }
   const uint8_t* d = take(4ull * p.info.tiles);
   if (d == nullptr) return Corrupt("truncated tile directory");
+  const uint64_t pad = TilePad(static_cast<uint64_t>(cur - in));
+  const uint8_t* zeros = take(pad);
+  if (zeros == nullptr && pad != 0) return Corrupt("truncated tile padding");
+  for (uint64_t k = 0; k < pad; ++k) {
+    if (zeros[k] != 0) return Corrupt("non-zero tile padding");
+  }
   p.dir.resize(p.info.tiles);
   p.tile_ptr.resize(p.info.tiles);
   for (uint32_t t = 0; t < p.info.tiles; ++t) {

@@ -156,6 +156,12 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       if (off + 4ull * s.tiles > ch.bytes) { err = kBadSection; break; }
       const uint64_t dir = off;
       off += 4ull * s.tiles;
+      const uint64_t pad = (4 - off % 4) % 4;  // zeros aligning tile 0 to 4 bytes
+      if (off + pad > ch.bytes) { err = kBadSection; break; }
+      for (uint64_t k = 0; k < pad; ++k) {
+        if (in[off + k] != 0) err = kBadSection;
+      }
+      off += pad;
       for (uint32_t t = 0; t < s.tiles; ++t) {
         const uint32_t e = Ld32(in + dir + 4ull * t);
         const uint32_t size = e & ~kTileRaw;
@@ -179,44 +185,100 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       if (in[s.map_off + k] >= s.tables) err = kBadSection;
     }
   }
-  // Decode tables: frequencies, cumulative sums (thread 0 per table), slots.
+  // Decode tables. Frequencies and cumulative sums go through shared memory
+  // (one thread per table sums 256 entries); then every thread fills slots,
+  // finding each slot's symbol by binary search over the cumulative sums.
+  __shared__ uint16_t sfreq[kMaxTables][256];
+  __shared__ uint16_t scum[kMaxTables][257];
+  for (uint32_t k = threadIdx.x; k < s.tables * 256; k += blockDim.x) {
+    const uint32_t t = k / 256, sym = k % 256;
+    sfreq[t][sym] = (sym >= table_lo[t] && sym < table_lo[t] + table_count[t])
+                        ? static_cast<uint16_t>(Ld16(in + table_off[t] + 2 * (sym - table_lo[t])))
+                        : 0;
+  }
+  __syncthreads();
   for (uint32_t t = threadIdx.x; t < s.tables; t += blockDim.x) {
-    DevTable& dt = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t];
     uint32_t cum = 0;
     for (uint32_t sym = 0; sym < 256; ++sym) {
-      const uint32_t f = (sym >= table_lo[t] && sym < table_lo[t] + table_count[t])
-                             ? Ld16(in + table_off[t] + 2 * (sym - table_lo[t]))
-                             : 0;
-      dt.freq[sym] = static_cast<uint16_t>(f);
-      dt.cum[sym] = static_cast<uint16_t>(cum);
-      cum += f;
-      if (cum > kM) {
-        err = kBadSection;
-        break;
-      }
+      scum[t][sym] = static_cast<uint16_t>(min(cum, kM));
+      cum += sfreq[t][sym];
     }
+    scum[t][256] = static_cast<uint16_t>(min(cum, kM));
     if (cum != kM && cum != 0) err = kBadSection;
   }
   __syncthreads();
-  for (uint32_t t = 0; t < s.tables && err == kOk; ++t) {
+  if (err != kOk) {
+    if (threadIdx.x == 0) status[c] = err;
+    return;
+  }
+  for (uint32_t k = threadIdx.x; k < s.tables * 256; k += blockDim.x) {
+    const uint32_t t = k / 256, sym = k % 256;
     DevTable& dt = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t];
-    for (uint32_t sym = threadIdx.x; sym < 256; sym += blockDim.x) {
-      for (uint32_t k = 0; k < dt.freq[sym]; ++k) dt.slot_sym[dt.cum[sym] + k] = static_cast<uint8_t>(sym);
+    dt.freq[sym] = sfreq[t][sym];
+    dt.cum[sym] = scum[t][sym];
+  }
+  for (uint32_t k = threadIdx.x; k < s.tables * kM; k += blockDim.x) {
+    const uint32_t t = k / kM, slot = k % kM;
+    // Largest symbol whose cumulative frequency is <= slot (skipping empty symbols).
+    uint32_t lo = 0, hi = 255;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi + 1) / 2;
+      if (scum[t][mid] <= slot) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
     }
+    ws.tables[static_cast<uint64_t>(c) * kMaxTables + t].slot_sym[slot] = static_cast<uint8_t>(lo);
   }
   __syncthreads();
   if (threadIdx.x == 0) status[c] = err;
 }
 
-// One warp per tile (blockIdx.x = tile, blockIdx.y = chunk).
-__global__ void DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+constexpr int kWarpsPerBlock = 8;
+constexpr uint32_t kSharedMap = 16384;  // channel maps up to this size live in shared memory
+
+struct SharedTable {
+  uint8_t slot_sym[kM];
+  uint32_t freq_cum[256];  // freq | cum << 16
+};
+constexpr size_t kDecodeShared = kMaxTables * sizeof(SharedTable) + kSharedMap;
+
+// Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
+// blockIdx.y = chunk). The chunk's tables and channel map live in (dynamic)
+// shared memory; the word stream is read ahead, 64 words at a time, and handed
+// out by shuffles.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  extern __shared__ uint8_t smem[];
+  SharedTable* shared = reinterpret_cast<SharedTable*>(smem);
+  uint8_t* smap = smem + kMaxTables * sizeof(SharedTable);
   const int c = blockIdx.y;
-  const uint32_t t = blockIdx.x;
-  const ChunkState& s = ws.state[c];
-  if (status[c] != kOk || t >= s.tiles) return;
+  // A copy in registers: stores to the output could alias global memory, so a
+  // reference would be re-read from memory after every store.
+  const ChunkState s = ws.state[c];
+  if (status[c] != kOk) return;  // uniform for the block
   const DeviceChunk ch = chunks[c];
-  const int lane = threadIdx.x;
-  if (s.flags & kStored) {  // copy this tile's share of the bytes
+  const bool stored = s.flags & kStored;
+  const uint32_t nt = stored ? 0 : s.tables;
+  const DevTable* gtables = ws.tables + static_cast<uint64_t>(c) * kMaxTables;
+  for (uint32_t t = 0; t < nt; ++t) {
+    for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
+      reinterpret_cast<uint32_t*>(shared[t].slot_sym)[k] = reinterpret_cast<const uint32_t*>(gtables[t].slot_sym)[k];
+    }
+    for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) {
+      shared[t].freq_cum[k] = gtables[t].freq[k] | (static_cast<uint32_t>(gtables[t].cum[k]) << 16);
+    }
+  }
+  const bool map_shared = !stored && (s.flags & kGroups) && s.channels <= kSharedMap;
+  if (map_shared) {
+    for (uint32_t k = threadIdx.x; k < s.channels; k += blockDim.x) smap[k] = ch.data[s.map_off + k];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const uint32_t t = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (t >= s.tiles) return;
+  if (stored) {  // copy this tile's share of the bytes
     const uint64_t b = static_cast<uint64_t>(t) * kTile, e = min(s.orig_bytes, b + kTile);
     for (uint64_t i = b + lane; i < e; i += 32) ch.out[i] = ch.data[kHeader + i];
     return;
@@ -228,7 +290,6 @@ __global__ void DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspa
   const uint8_t* tile = ch.data + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
   const uint8_t* raw = ch.data + s.raw_off;
   const uint8_t* map = ch.data + s.map_off;
-  const DevTable* tables = ws.tables + static_cast<uint64_t>(c) * kMaxTables;
   const bool groups = s.flags & kGroups;
   if (entry & kTileRaw) {
     if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) {
@@ -244,40 +305,50 @@ __global__ void DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspa
   bool bad = size < 128;
   uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
   bad |= x < kL;
-  const uint8_t* words = tile + 128;
+  const uint16_t* words = reinterpret_cast<const uint16_t*>(tile + 128);  // tiles are 4-byte aligned
   const uint32_t nwords = bad ? 0 : (size - 128) / 2;
+  auto load = [&](uint32_t k) -> uint32_t { return k < nwords ? words[k] : 0u; };
+  uint32_t base = 0;                        // stream position of buf0's word 0
+  uint32_t buf0 = load(lane), buf1 = load(32 + lane);
   uint32_t wpos = 0;
   const uint32_t rounds = (n + 31) / 32;
   uint64_t ch_idx = groups ? (begin + lane) % s.channels : 0;
   const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
-  for (uint32_t r = 0; r < rounds && !__any_sync(0xffffffffu, bad); ++r) {
+  for (uint32_t r = 0; r < rounds; ++r) {
     const uint32_t j = r * 32 + lane;
     const bool active = j < n;
     uint32_t sym = 0;
     bool need = false;
     if (active) {
-      const DevTable& tb = tables[groups ? map[ch_idx] : 0];
+      const uint32_t tb = groups ? (map_shared ? smap[ch_idx] : map[ch_idx]) : 0;
       const uint32_t slot = x & (kM - 1);
-      sym = tb.slot_sym[slot];
-      const uint32_t f = tb.freq[sym];
+      sym = shared[tb].slot_sym[slot];
+      const uint32_t fc = shared[tb].freq_cum[sym];
+      const uint32_t f = fc & 0xffff;
       bad |= f == 0;
-      x = f * (x >> kProbBits) + slot - tb.cum[sym];
+      x = f * (x >> kProbBits) + slot - (fc >> 16);
       need = x < kL;
     }
     const unsigned mask = __ballot_sync(0xffffffffu, need);
-    const uint32_t my = wpos + __popc(mask & ((1u << lane) - 1));
+    const uint32_t off = wpos - base + __popc(mask & ((1u << lane) - 1));  // 0..63
+    const uint32_t w0 = __shfl_sync(0xffffffffu, buf0, off & 31);
+    // buf1 is touched only when a word comes from it, so its load (issued
+    // when the window slid) stays in flight across the rounds before.
+    uint32_t w1 = 0;
+    if (__any_sync(0xffffffffu, need && off >= 32)) w1 = __shfl_sync(0xffffffffu, buf1, off & 31);
     if (need) {
-      if (my >= nwords) {
-        bad = true;
-      } else {
-        x = (x << 16) | Ld16(words + 2 * my);
-      }
+      bad |= wpos + __popc(mask & ((1u << lane) - 1)) >= nwords;
+      x = (x << 16) | (off < 32 ? w0 : w1);
     }
     wpos += __popc(mask);
-    if (active && !bad) {
-      const uint64_t i = begin + j;
-      Store(s, ch.out, i, sym, s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
+    if (wpos - base >= 32) {  // slide the window by 32 words
+      base += 32;
+      buf0 = buf1;
+      buf1 = load(base + 32 + lane);
     }
+    // Exponent bits only: the raw plane is merged in a second pass, so no
+    // load sits on this loop's critical path.
+    if (active) Store(s, ch.out, begin + j, sym, 0);
     if (groups) {
       ch_idx += ch_step;
       if (ch_idx >= s.channels) ch_idx -= s.channels;
@@ -285,14 +356,34 @@ __global__ void DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspa
   }
   bad |= x != kL;
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
-  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
+  if (__any_sync(0xffffffffu, bad)) {
+    if (lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
+    return;
+  }
+  if (s.raw_bits == 0) return;
+  __syncwarp();
+  // Second pass: merge sign and mantissa from the raw plane (coalesced).
+  const uint32_t exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
+  for (uint32_t j = lane; j < n; j += 32) {
+    const uint64_t i = begin + j;
+    const uint32_t r = Unpack(raw, i, s.raw_bits);
+    const uint32_t bits = ((r >> s.mant_bits) << exp_shift) | (r & mant_mask);
+    uint8_t* p = ch.out + i * s.elem_bytes;
+    if (s.elem_bytes == 2) {
+      *reinterpret_cast<uint16_t*>(p) |= static_cast<uint16_t>(bits);
+    } else if (s.elem_bytes == 4) {
+      *reinterpret_cast<uint32_t*>(p) |= bits;
+    } else {
+      *p |= static_cast<uint8_t>(bits);
+    }
+  }
 }
 
 // kvsum64 of each chunk's decoded bytes (blockIdx.y = chunk).
 __global__ void ChecksumKernel(const DeviceChunk* chunks, const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
-  const ChunkState& s = ws.state[c];
+  const ChunkState s = ws.state[c];
   const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
   const uint64_t block = gtid / 8;
   const uint64_t nblocks = (s.orig_bytes + 4095) / 4096;
@@ -334,6 +425,10 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = sizeof(Workspace) + n * sizeof(ChunkState) + n * kMaxTables * sizeof(DevTable) +
                          n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
+  if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kDecodeShared)) != cudaSuccess) {
+    return absl::InternalError("cannot give the decode kernel its shared memory");
+  }
   if (cudaMalloc(&d->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of decoder workspace", bytes));
   }
@@ -361,7 +456,8 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
   ParseKernel<<<count, 256, 0, stream>>>(chunks, status, ws, max_tiles_);
-  DecodeKernel<<<dim3(max_tiles_, count), 32, 0, stream>>>(chunks, status, ws, max_tiles_);
+  DecodeKernel<<<dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32, kDecodeShared,
+                 stream>>>(chunks, status, ws, max_tiles_);
   const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
   ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status,
                                                                                                        ws);
