@@ -159,7 +159,9 @@ TEST(Cli, CodecRoundTripsFilesAndRejectsBadInput) {
     EXPECT_FALSE(std::ifstream(never).good()) << "no output for a corrupt chunk";
   }
   CliRun odd = Cli({"codec", "compress", trunc, z, "--dtype=fp32"});  // not a whole number of fp32
-  if (chunk.size() / 2 % 4 != 0) EXPECT_EQ(odd.code, 1) << odd.output;
+  if (chunk.size() / 2 % 4 != 0) {
+    EXPECT_EQ(odd.code, 1) << odd.output;
+  }
   EXPECT_EQ(Cli({"codec", "decompress", dir + "/missing.kvz", never}).code, 1);
   EXPECT_EQ(Cli({"codec", "compress", in}).code, 2);
 }
