@@ -98,6 +98,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
   const DeviceChunk ch = chunks[c];
   ChunkState& s = ws.state[c];
   __shared__ int32_t err;
+  __shared__ uint64_t dir_off, tiles_start;
   __shared__ uint64_t table_off[kMaxTables];
   __shared__ uint32_t table_lo[kMaxTables], table_count[kMaxTables];
   if (threadIdx.x == 0) {
@@ -162,21 +163,50 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         if (in[off + k] != 0) err = kBadSection;
       }
       off += pad;
-      for (uint32_t t = 0; t < s.tiles; ++t) {
-        const uint32_t e = Ld32(in + dir + 4ull * t);
-        const uint32_t size = e & ~kTileRaw;
-        ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t] = e;
-        ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t] = off;
-        if (size % 4 != 0 || off + size > ch.bytes) { err = kBadSection; break; }
-        off += size;
-      }
-      if (err == kOk && off != ch.bytes) err = kBadSection;
+      dir_off = dir;
+      tiles_start = off;
     } while (false);
   }
   __syncthreads();
   if (err != kOk || (s.flags & kStored)) {
     if (threadIdx.x == 0) status[c] = err;
     return;
+  }
+  // Tile offsets: a block-wide exclusive scan of the directory's sizes.
+  {
+    __shared__ uint64_t part[256];
+    const uint32_t per = (s.tiles + blockDim.x - 1) / blockDim.x;
+    const uint32_t t0 = min(s.tiles, threadIdx.x * per), t1 = min(s.tiles, t0 + per);
+    uint64_t sum = 0;
+    for (uint32_t t = t0; t < t1; ++t) {
+      const uint32_t size = Ld32(ch.data + dir_off + 4ull * t) & ~kTileRaw;
+      if (size % 4 != 0) err = kBadSection;
+      sum += size;
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t acc = 0;
+      for (uint32_t k = 0; k < blockDim.x; ++k) {
+        const uint64_t v = part[k];
+        part[k] = acc;
+        acc += v;
+      }
+      if (tiles_start + acc != ch.bytes) err = kBadSection;  // tiles end exactly at the chunk's end
+    }
+    __syncthreads();
+    uint64_t off = tiles_start + part[threadIdx.x];
+    for (uint32_t t = t0; t < t1; ++t) {
+      const uint32_t e = Ld32(ch.data + dir_off + 4ull * t);
+      ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t] = e;
+      ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t] = off;
+      off += e & ~kTileRaw;
+    }
+    __syncthreads();
+    if (err != kOk) {
+      if (threadIdx.x == 0) status[c] = err;
+      return;
+    }
   }
   // Channel map entries must name existing tables.
   const uint8_t* in = ch.data;
