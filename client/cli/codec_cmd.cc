@@ -158,16 +158,19 @@ int RunCodec(const std::vector<std::string>& args) {
   std::printf("input           %s, %zu bytes, %llu chunk(s) of %llu bytes\n", codec::DTypeName(o->dtype), in->size(),
               static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(chunk));
   std::printf("order-0 bound   %.0f bytes, ratio %.4f\n", bound, in->size() / bound);
-  std::printf("order-0 codec   %llu bytes, ratio %.4f, %+.2f%% vs bound\n", static_cast<unsigned long long>(plain_bytes),
-              static_cast<double>(in->size()) / plain_bytes, 100.0 * (plain_bytes / bound - 1));
+  std::printf("order-0 codec   %llu bytes, ratio %.4f, %+.2f%% vs bound\n",
+              static_cast<unsigned long long>(plain_bytes), static_cast<double>(in->size()) / plain_bytes,
+              100.0 * (plain_bytes / bound - 1));
   if (kv) {
     std::printf("KV-aware codec  %llu bytes, ratio %.4f, %+.2f%% vs order-0 codec (%u of %llu chunks grouped)\n",
                 static_cast<unsigned long long>(kv_bytes), static_cast<double>(in->size()) / kv_bytes,
                 100.0 * (static_cast<double>(kv_bytes) / plain_bytes - 1), grouped,
                 static_cast<unsigned long long>(chunks));
   }
-  std::printf("cpu %s thread(s) encode %.3f GB/s, decode %.3f GB/s (uncompressed bytes, one %llu-byte chunk, median of 5)\n",
-              o->threads > 0 ? std::to_string(o->threads).c_str() : "auto", len / enc / 1e9, len / dec / 1e9, static_cast<unsigned long long>(len));
+  std::printf(
+      "cpu %s thread(s) encode %.3f GB/s, decode %.3f GB/s (uncompressed bytes, one %llu-byte chunk, median of 5)\n",
+      o->threads > 0 ? std::to_string(o->threads).c_str() : "auto", len / enc / 1e9, len / dec / 1e9,
+      static_cast<unsigned long long>(len));
   return 0;
 }
 

@@ -17,7 +17,7 @@ namespace kvferry::codec::cuda {
 struct DeviceChunk {
   const uint8_t* data = nullptr;  // the encoded chunk (device memory)
   uint64_t bytes = 0;
-  uint8_t* out = nullptr;         // destination (device memory)
+  uint8_t* out = nullptr;  // destination (device memory)
   uint64_t out_capacity = 0;
 };
 
@@ -25,11 +25,11 @@ struct DeviceChunk {
 enum DecodeStatus : int32_t {
   kOk = 0,
   kBadHeader = 1,
-  kTooLarge = 2,       // more elements or tiles than the decoder was sized for
+  kTooLarge = 2,  // more elements or tiles than the decoder was sized for
   kOutputTooSmall = 3,
-  kBadSection = 4,     // tables, map, directory or sizes inconsistent
-  kBadTile = 5,        // rANS stream or raw tile inconsistent
-  kChecksum = 6,       // decoded bytes do not match the header's kvsum64
+  kBadSection = 4,  // tables, map, directory or sizes inconsistent
+  kBadTile = 5,     // rANS stream or raw tile inconsistent
+  kChecksum = 6,    // decoded bytes do not match the header's kvsum64
 };
 absl::Status ToStatus(int32_t code);
 

@@ -35,10 +35,10 @@ constexpr uint16_t kStored = 1, kGroups = 2;
 
 struct Workspace {
   ChunkState* state;
-  DevTable* tables;        // [max_chunks][kMaxTables]
-  uint64_t* tile_off;      // [max_chunks][max_tiles]: byte offset of each tile
-  uint32_t* tile_entry;    // [max_chunks][max_tiles]: directory entries
-  unsigned long long* sum; // [max_chunks]
+  DevTable* tables;         // [max_chunks][kMaxTables]
+  uint64_t* tile_off;       // [max_chunks][max_tiles]: byte offset of each tile
+  uint32_t* tile_entry;     // [max_chunks][max_tiles]: directory entries
+  unsigned long long* sum;  // [max_chunks]
 };
 
 __device__ uint64_t Ld64(const uint8_t* p) {
@@ -46,17 +46,43 @@ __device__ uint64_t Ld64(const uint8_t* p) {
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
 }
-__device__ uint32_t Ld32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24); }
+__device__ uint32_t Ld32(const uint8_t* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
 __device__ uint32_t Ld16(const uint8_t* p) { return p[0] | (p[1] << 8); }
 
 __device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w) {
   switch (d) {
-    case 1: *bytes = 2; *e = 8; *w = 8; return true;
-    case 2: *bytes = 2; *e = 5; *w = 11; return true;
-    case 3: *bytes = 4; *e = 8; *w = 24; return true;
-    case 4: *bytes = 1; *e = 4; *w = 4; return true;
-    case 5: *bytes = 1; *e = 5; *w = 3; return true;
-    case 6: *bytes = 1; *e = 8; *w = 0; return true;
+    case 1:
+      *bytes = 2;
+      *e = 8;
+      *w = 8;
+      return true;
+    case 2:
+      *bytes = 2;
+      *e = 5;
+      *w = 11;
+      return true;
+    case 3:
+      *bytes = 4;
+      *e = 8;
+      *w = 24;
+      return true;
+    case 4:
+      *bytes = 1;
+      *e = 4;
+      *w = 4;
+      return true;
+    case 5:
+      *bytes = 1;
+      *e = 5;
+      *w = 3;
+      return true;
+    case 6:
+      *bytes = 1;
+      *e = 8;
+      *w = 0;
+      return true;
   }
   return false;
 }
@@ -110,43 +136,67 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         err = kBadHeader;
         break;
       }
-      if (!DTypeInfo(in[5], &s.elem_bytes, &s.exp_bits, &s.raw_bits)) { err = kBadHeader; break; }
+      if (!DTypeInfo(in[5], &s.elem_bytes, &s.exp_bits, &s.raw_bits)) {
+        err = kBadHeader;
+        break;
+      }
       s.opaque = in[5] == 6;
       s.mant_bits = s.raw_bits == 0 ? 0 : s.raw_bits - 1;
       s.flags = Ld16(in + 6);
-      if ((s.flags & ~3u) || Ld16(in + 30) != 0 || Ld32(in + 36) != 0) { err = kBadHeader; break; }
+      if ((s.flags & ~3u) || Ld16(in + 30) != 0 || Ld32(in + 36) != 0) {
+        err = kBadHeader;
+        break;
+      }
       s.n = Ld64(in + 8);
-      if (s.n > (1ull << 40)) { err = kBadHeader; break; }
+      if (s.n > (1ull << 40)) {
+        err = kBadHeader;
+        break;
+      }
       s.orig_bytes = s.n * s.elem_bytes;
       s.channels = static_cast<uint64_t>(Ld32(in + 20)) * Ld32(in + 24);
       s.tables = Ld16(in + 28);
       s.tiles = Ld32(in + 32);
       const uint64_t raw_plane = Ld64(in + 40), payload = Ld64(in + 48);
       s.checksum = Ld64(in + 56);
-      if (payload != ch.bytes - kHeader) { err = kBadHeader; break; }
-      if (s.orig_bytes > ch.out_capacity) { err = kOutputTooSmall; break; }
+      if (payload != ch.bytes - kHeader) {
+        err = kBadHeader;
+        break;
+      }
+      if (s.orig_bytes > ch.out_capacity) {
+        err = kOutputTooSmall;
+        break;
+      }
       if (s.flags & kStored) {
         if ((s.flags & kGroups) || s.tables || s.tiles || raw_plane || payload != s.orig_bytes) err = kBadSection;
         s.tiles = static_cast<uint32_t>((s.orig_bytes + kTile - 1) / kTile);  // copy in tile-sized pieces
         if (s.tiles > max_tiles) err = kTooLarge;
         break;
       }
-      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tiles != (s.n + kTile - 1) / kTile ||
-          s.tables < 1 || s.tables > kMaxTables || (!(s.flags & kGroups) && s.tables != 1)) {
+      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tiles != (s.n + kTile - 1) / kTile || s.tables < 1 ||
+          s.tables > kMaxTables || (!(s.flags & kGroups) && s.tables != 1)) {
         err = kBadSection;
         break;
       }
-      if (s.tiles > max_tiles) { err = kTooLarge; break; }
+      if (s.tiles > max_tiles) {
+        err = kTooLarge;
+        break;
+      }
       uint64_t off = kHeader;
       s.raw_off = off;
       off += raw_plane;
       s.map_off = off;
       if (s.flags & kGroups) {
-        if (s.channels < 2 || s.channels > (1u << 20)) { err = kBadSection; break; }
+        if (s.channels < 2 || s.channels > (1u << 20)) {
+          err = kBadSection;
+          break;
+        }
         off += s.channels;
       }
       for (uint32_t t = 0; t < s.tables && err == kOk; ++t) {
-        if (off + 4 > ch.bytes) { err = kBadSection; break; }
+        if (off + 4 > ch.bytes) {
+          err = kBadSection;
+          break;
+        }
         table_lo[t] = Ld16(in + off);
         table_count[t] = Ld16(in + off + 2);
         table_off[t] = off + 4;
@@ -154,11 +204,17 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         if (table_lo[t] + table_count[t] > (1u << s.exp_bits) || off > ch.bytes) err = kBadSection;
       }
       if (err != kOk) break;
-      if (off + 4ull * s.tiles > ch.bytes) { err = kBadSection; break; }
+      if (off + 4ull * s.tiles > ch.bytes) {
+        err = kBadSection;
+        break;
+      }
       const uint64_t dir = off;
       off += 4ull * s.tiles;
       const uint64_t pad = (4 - off % 4) % 4;  // zeros aligning tile 0 to 4 bytes
-      if (off + pad > ch.bytes) { err = kBadSection; break; }
+      if (off + pad > ch.bytes) {
+        err = kBadSection;
+        break;
+      }
       for (uint64_t k = 0; k < pad; ++k) {
         if (in[off + k] != 0) err = kBadSection;
       }
@@ -338,7 +394,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const uint16_t* words = reinterpret_cast<const uint16_t*>(tile + 128);  // tiles are 4-byte aligned
   const uint32_t nwords = bad ? 0 : (size - 128) / 2;
   auto load = [&](uint32_t k) -> uint32_t { return k < nwords ? words[k] : 0u; };
-  uint32_t base = 0;                        // stream position of buf0's word 0
+  uint32_t base = 0;  // stream position of buf0's word 0
   uint32_t buf0 = load(lane), buf1 = load(32 + lane);
   uint32_t wpos = 0;
   const uint32_t rounds = (n + 31) / 32;
@@ -418,8 +474,8 @@ __global__ void ChecksumKernel(const DeviceChunk* chunks, const int32_t* status,
   const uint64_t block = gtid / 8;
   const uint64_t nblocks = (s.orig_bytes + 4095) / 4096;
   if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;  // whole CUDA block past the end
-  kvferry::cuda::Kvsum64AddBlockDigest(chunks[c].out, s.orig_bytes, block, static_cast<int>(gtid % 8),
-                                       block < nblocks, &ws.sum[c]);
+  kvferry::cuda::Kvsum64AddBlockDigest(chunks[c].out, s.orig_bytes, block, static_cast<int>(gtid % 8), block < nblocks,
+                                       &ws.sum[c]);
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {
@@ -474,7 +530,9 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   auto* base = static_cast<uint8_t*>(workspace_);
   const uint64_t n = static_cast<uint64_t>(max_chunks_);
   Workspace ws;
-  auto align = [](uint8_t* p) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15}); };
+  auto align = [](uint8_t* p) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15});
+  };
   uint8_t* p = align(base);
   ws.state = reinterpret_cast<ChunkState*>(p);
   p = align(p + n * sizeof(ChunkState));
@@ -490,7 +548,7 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
                  stream>>>(chunks, status, ws, max_tiles_);
   const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
   ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status,
-                                                                                                       ws);
+                                                                                                         ws);
   FinishKernel<<<(count + 127) / 128, 128, 0, stream>>>(status, ws, count);
   return cudaGetLastError();
 }

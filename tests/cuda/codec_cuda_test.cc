@@ -1,7 +1,10 @@
 // The CUDA decoder reproduces the CPU reference's input for chunks the CPU
 // encoder made (every dtype and size class, batched), rejects corrupted
 // chunks, and reports its throughput. Needs a CUDA device (skips without one).
+#include "kernels/cuda/codec_cuda.h"
+
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +13,8 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/codec.h"
-#include "kernels/cuda/codec_cuda.h"
+#include "tests/util/kv_like.h"
 
 namespace kvferry::codec {
 namespace {
@@ -29,24 +30,7 @@ class CudaCodec : public ::testing::Test {
 };
 
 std::vector<uint8_t> KvLike(DType d, size_t n, uint32_t channels, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0, 1);
-  std::vector<float> scale(channels);
-  for (auto& s : scale) s = std::exp(1.2f * g(rng));
-  const uint32_t es = Info(d)->bytes;
-  std::vector<uint8_t> out(n * es);
-  for (size_t i = 0; i < n; ++i) {
-    const float v = g(rng) * scale[i % channels];
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    if (d == DType::kFP32) {
-      std::memcpy(&out[4 * i], &u, 4);
-    } else {
-      u = (u + 0x7fff + ((u >> 16) & 1)) >> 16;  // bf16 bits; other types take the high bytes
-      for (uint32_t b = 0; b < es; ++b) out[es * i + b] = static_cast<uint8_t>(u >> (8 * (b + 2 - es)));
-    }
-  }
-  return out;
+  return testing::KvLike(d, n, channels, seed, 1.2f);
 }
 
 struct Batch {
@@ -161,8 +145,11 @@ TEST_F(CudaCodec, Throughput) {
     const char* name;
     size_t chunk_bytes;
     int chunks;
-  } cases[] = {{"1 x 4 MiB", 4 << 20, 1}, {"16 x 4 MiB", 4 << 20, 16}, {"1 x 64 MiB", 64 << 20, 1},
-               {"64 x 4 MiB", 4 << 20, 64}, {"1 x 256 MiB", 256 << 20, 1}};
+  } cases[] = {{"1 x 4 MiB", 4 << 20, 1},
+               {"16 x 4 MiB", 4 << 20, 16},
+               {"1 x 64 MiB", 64 << 20, 1},
+               {"64 x 4 MiB", 4 << 20, 64},
+               {"1 x 256 MiB", 256 << 20, 1}};
   for (const auto& cs : cases) {
     auto in = KvLike(DType::kBF16, cs.chunk_bytes / 2, 1024, 5);
     EncodeOptions o;

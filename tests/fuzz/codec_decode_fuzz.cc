@@ -14,8 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (cap > (8u << 20)) return 0;  // keep inputs cheap; sizes are checked by Inspect itself
   std::vector<uint8_t> out(cap);
   auto n = Decode(data, size, out.data(), out.size(), 1);
-  if (n.ok() && (!info.ok() || *n != info->original_bytes ||
-                 kvferry::Kvsum64(out.data(), *n) != info->checksum)) {
+  if (n.ok() && (!info.ok() || *n != info->original_bytes || kvferry::Kvsum64(out.data(), *n) != info->checksum)) {
     std::abort();
   }
   return 0;

@@ -1,11 +1,13 @@
+#include "kernels/codec.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "kernels/codec.h"
+#include "tests/util/kv_like.h"
 
 namespace kvferry::codec {
 namespace {
@@ -26,39 +28,7 @@ std::vector<uint8_t> Decoded(const std::vector<uint8_t>& chunk, size_t capacity)
   return out;
 }
 
-uint16_t Bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
-// Roughly Gaussian values, per-channel log-normal scale (KV-like), in `dtype`.
-std::vector<uint8_t> KvLike(DType dtype, size_t elements, uint32_t channels, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0, 1);
-  std::vector<float> scale(channels);
-  for (auto& s : scale) s = std::exp(1.5f * g(rng));
-  const uint32_t size = Info(dtype)->bytes;
-  std::vector<uint8_t> out(elements * size);
-  for (size_t i = 0; i < elements; ++i) {
-    const float v = g(rng) * scale[i % channels];
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    switch (dtype) {
-      case DType::kBF16: {
-        const uint16_t h = Bf16(v);
-        std::memcpy(&out[2 * i], &h, 2);
-        break;
-      }
-      case DType::kFP32:
-        std::memcpy(&out[4 * i], &v, 4);
-        break;
-      default:  // other types: random bit patterns with skewed high bits
-        for (uint32_t b = 0; b < size; ++b) out[size * i + b] = static_cast<uint8_t>(u >> (8 * (b + 4 - size)));
-    }
-  }
-  return out;
-}
+using testing::KvLike;
 
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -72,8 +42,8 @@ const DType kAll[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3,
 TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
   for (DType d : kAll) {
     const uint32_t es = Info(d)->bytes;
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{33}, size_t{1001}, kTileSymbols - 1, kTileSymbols,
-                     kTileSymbols + 1, 3 * kTileSymbols + 17, size_t{300000}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{33}, size_t{1001}, kTileSymbols - 1,
+                     kTileSymbols, kTileSymbols + 1, 3 * kTileSymbols + 17, size_t{300000}}) {
       auto in = KvLike(d, n, 128, static_cast<uint32_t>(n));
       EncodeOptions o;
       o.dtype = d;

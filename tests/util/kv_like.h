@@ -1,0 +1,40 @@
+// Synthetic KV-like test data for the codec tests: roughly Gaussian values
+// with a log-normal scale per channel (KV caches carry per-channel scale).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/codec.h"
+
+namespace kvferry::testing {
+
+// `elements` values of `dtype`; channel = index mod `channels`; `sigma` is the
+// spread of log(scale). bf16 rounds to nearest even; fp32 is exact; the other
+// types take the high bytes of the float's bits (skewed, like real exponents).
+inline std::vector<uint8_t> KvLike(codec::DType dtype, size_t elements, uint32_t channels, uint32_t seed,
+                                   float sigma = 1.5f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> scale(channels);
+  for (auto& s : scale) s = std::exp(sigma * g(rng));
+  const uint32_t size = codec::Info(dtype)->bytes;
+  std::vector<uint8_t> out(elements * size);
+  for (size_t i = 0; i < elements; ++i) {
+    const float v = g(rng) * scale[i % channels];
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if (dtype == codec::DType::kFP32) {
+      std::memcpy(&out[4 * i], &u, 4);
+      continue;
+    }
+    if (dtype == codec::DType::kBF16) u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
+    for (uint32_t b = 0; b < size; ++b) out[size * i + b] = static_cast<uint8_t>(u >> (8 * (b + 4 - size)));
+  }
+  return out;
+}
+
+}  // namespace kvferry::testing
