@@ -1,6 +1,8 @@
 // `kvferry demo`: the main job on an embedded default. Two daemons on loopback
 // (prefill, decode), host pools, a KV-like request published on one side and
 // pulled into different blocks on the other, verified end to end.
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <numeric>
@@ -83,16 +85,18 @@ int RunDemo(const std::vector<std::string>&) {
     auto id = (*dc)->Pull(*ticket, (*dpool)->id(), dst);
     if (!id.ok()) return std::cerr << "kvferry demo: pull: " << id.status() << "\n", 1;
     uint32_t shown = 0;
+    const bool tty = isatty(1);  // redraw one line on a terminal, a line per step in logs
     auto last = (*dc)->Watch(*id, [&](const v1::TransferStatus& s) {
       if (s.chunks_total() > 0 && s.chunks_done() >= shown) {
-        std::printf("\r  pulling transfer %016llx: %u/%u chunks", static_cast<unsigned long long>(s.transfer_id()),
-                    s.chunks_done(), s.chunks_total());
+        std::printf("%s  pulling transfer %016llx: %u/%u chunks%s", tty ? "\r" : "",
+                    static_cast<unsigned long long>(s.transfer_id()), s.chunks_done(), s.chunks_total(),
+                    tty ? "" : "\n");
         std::fflush(stdout);
-        shown = s.chunks_done() + std::max(1u, s.chunks_total() / 10);
+        shown = s.chunks_done() + std::max(1u, s.chunks_total() / (tty ? 10 : 4));
       }
     });
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-    std::printf("\n");
+    if (tty) std::printf("\n");
     if (!last.ok()) return std::cerr << "kvferry demo: watch: " << last.status() << "\n", 1;
     if (last->state() != v1::TRANSFER_STATE_DONE) {
       std::cerr << "kvferry demo: transfer " << client::StateName(last->state()) << ": " << last->error() << "\n";
