@@ -76,6 +76,10 @@ absl::StatusOr<ChunkInfo> Inspect(const void* in, size_t in_bytes);
 // everything, including the kvsum64 of the result. Returns bytes written.
 absl::StatusOr<size_t> Decode(const void* in, size_t in_bytes, void* out, size_t out_capacity, int threads = 0);
 
+// Tests and benchmarks: turn the CPU's SIMD paths off (or back on) to check
+// that they give the same results as the scalar code.
+void SetSimdForTesting(bool enabled);
+
 // Order-0 entropy bound of `in` as the codec sees it: bits of the exponent
 // symbols at their empirical entropy plus the raw plane, in bytes.
 absl::StatusOr<double> Order0BoundBytes(DType dtype, const void* in, size_t in_bytes);

@@ -1,6 +1,8 @@
 // CPU reference implementation of the kvferry codec (docs/codec-format.md).
 #include "kernels/codec.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -276,7 +278,50 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
 struct DecodeTable {
   uint32_t freq[256], cum[256];
   uint8_t slot_sym[kM];
+  // Per slot, for the SIMD decoder: sym | (freq - 1) << 8 | (slot - cum) << 20.
+  uint32_t packed[kM];
 };
+
+std::atomic<bool> g_simd{true};
+const bool kHasAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
+
+// Decodes `rounds` full rounds (32 symbols each) with AVX-512: 16 lanes per
+// register, the slot table gathered, words handed to the lanes that need them
+// in ascending lane order by an expanding load. Returns false if the stream
+// ends early. x, *wp are updated.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoundsAvx512(
+    uint32_t* x, const uint8_t** wp, const uint8_t* w_end, uint32_t rounds, const uint8_t* table_of,
+    const uint32_t* packed, int32_t stride, uint8_t* sym) {
+  __m512i X[2] = {_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16)};
+  const __m512i k4095 = _mm512_set1_epi32(4095), k255 = _mm512_set1_epi32(255), one = _mm512_set1_epi32(1);
+  const __m512i L = _mm512_set1_epi32(static_cast<int>(kL)), vstride = _mm512_set1_epi32(stride);
+  const uint8_t* w = *wp;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t j = r * kLanes + 16 * h;
+      __m512i idx = _mm512_and_si512(X[h], k4095);
+      if (table_of != nullptr) {
+        const __m512i tb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table_of + j)));
+        idx = _mm512_add_epi32(idx, _mm512_mullo_epi32(tb, vstride));
+      }
+      const __m512i e = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(packed), 4);
+      const __m512i freq = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), k4095), one);
+      X[h] = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srli_epi32(X[h], kProbBits)), _mm512_srli_epi32(e, 20));
+      const __mmask16 need = _mm512_cmplt_epu32_mask(X[h], L);
+      const int count = __builtin_popcount(need);
+      if (w + 2 * count > w_end) return false;
+      const __m512i words = _mm512_cvtepu16_epi32(_mm256_maskz_expandloadu_epi16(need, w));
+      X[h] = _mm512_mask_or_epi32(X[h], need, _mm512_slli_epi32(X[h], 16), words);
+      w += 2 * count;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + j), _mm512_cvtepi32_epi8(_mm512_and_si512(e, k255)));
+    }
+  }
+  _mm512_storeu_si512(x, X[0]);
+  _mm512_storeu_si512(x + 16, X[1]);
+  *wp = w;
+  return true;
+}
 
 absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uint64_t end, uint32_t exp_bits,
                         const uint8_t* table_of, const std::vector<DecodeTable>& tables, uint8_t* sym) {
@@ -296,7 +341,17 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
   const uint8_t* w = tile + kLanes * 4;
   const uint8_t* w_end = tile + size;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
-  for (uint32_t r = 0; r < rounds; ++r) {
+  uint32_t r = 0;
+  if (kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
+    const uint32_t full = n / kLanes;  // the partial last round stays scalar
+    const int32_t stride = static_cast<int32_t>(sizeof(DecodeTable) / 4);
+    if (!DecodeRoundsAvx512(x, &w, w_end, full, table_of != nullptr ? table_of + begin : nullptr, tables[0].packed,
+                            stride, sym + begin)) {
+      return Corrupt("rANS stream ends early");
+    }
+    r = full;
+  }
+  for (; r < rounds; ++r) {
     for (int l = 0; l < kLanes; ++l) {
       const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
       if (j >= n) break;
@@ -406,6 +461,8 @@ class ChannelStats {
 }  // namespace
 
 // ---- public API ------------------------------------------------------------
+
+void SetSimdForTesting(bool enabled) { g_simd.store(enabled); }
 
 absl::StatusOr<DTypeInfo> Info(DType d) {
   switch (d) {
@@ -688,6 +745,10 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
     }
     if (c != kM && c != 0) return Corrupt("table does not sum to 4096");
     if (c == 0) std::memset(dt.slot_sym, 0, kM);  // unused table: any use is caught below
+    for (uint32_t slot = 0; slot < kM; ++slot) {
+      const uint32_t sy = dt.slot_sym[slot];
+      dt.packed[slot] = sy | ((dt.freq[sy] - 1) & 0xfff) << 8 | ((slot - dt.cum[sy]) & 0xfff) << 20;
+    }
   }
   const uint8_t* d = take(4ull * p.info.tiles);
   if (d == nullptr) return Corrupt("truncated tile directory");

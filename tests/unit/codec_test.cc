@@ -151,6 +151,31 @@ TEST(Codec, PeakyDistributionsRoundTrip) {
   }
 }
 
+// The SIMD decoder (where the CPU has it) and the scalar one agree on every
+// chunk, good or corrupted.
+TEST(Codec, SimdAndScalarDecodersAgree) {
+  std::mt19937 rng(12);
+  for (bool kv : {false, true}) {
+    EncodeOptions o;
+    if (kv) o.layout = {0, 8, 128};
+    auto in = KvLike(DType::kBF16, 5 * kTileSymbols + 77, 1024, kv ? 1 : 2);
+    auto chunk = Encoded(o, in);
+    for (int k = 0; k < 60; ++k) {
+      auto bad = chunk;
+      if (k > 0) bad[64 + rng() % (bad.size() - 64)] ^= static_cast<uint8_t>(1 + rng() % 255);
+      std::vector<uint8_t> a(in.size()), b(in.size());
+      SetSimdForTesting(true);
+      auto ra = Decode(bad.data(), bad.size(), a.data(), a.size());
+      SetSimdForTesting(false);
+      auto rb = Decode(bad.data(), bad.size(), b.data(), b.size());
+      SetSimdForTesting(true);
+      EXPECT_EQ(ra.ok(), rb.ok()) << "k=" << k << " simd: " << ra.status() << " scalar: " << rb.status();
+      if (ra.ok() && rb.ok()) EXPECT_EQ(a, b);
+      if (k == 0) EXPECT_EQ(a, in);
+    }
+  }
+}
+
 TEST(Codec, RejectsBadArguments) {
   std::vector<uint8_t> in(101), out(1000);
   EncodeOptions o;
