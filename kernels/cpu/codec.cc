@@ -232,35 +232,111 @@ void ParallelFor(uint64_t n, int threads, Fn fn) {
 
 // Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
 // Returns the directory entry.
+std::atomic<bool> g_simd{true};
+const bool kHasAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2") &&
+                        __builtin_cpu_supports("avx512dq");
+
+// Encodes rounds [0, rounds) (all full), last to first, with AVX-512. Words go
+// into the stream from its end backwards: each round's words land, in ascending
+// lane order, just before the words of the rounds after it. `enc` holds
+// freq | cum << 16 per (table, symbol).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void EncodeRoundsAvx512(
+    uint32_t* x, uint32_t rounds, const uint8_t* sym, const uint8_t* table_of, const uint32_t* enc, uint16_t** pos) {
+  __m512i X[2] = {_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16)};
+  const __m512i kFFFF = _mm512_set1_epi32(0xffff);
+  uint16_t* p = *pos;
+  for (uint32_t r = rounds; r-- > 0;) {
+    __mmask16 need[2];
+    __m512i word[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t j = r * kLanes + 16 * h;
+      __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym + j)));
+      if (table_of != nullptr) {
+        const __m512i tb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table_of + j)));
+        idx = _mm512_add_epi32(idx, _mm512_slli_epi32(tb, 8));
+      }
+      const __m512i e = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(enc), 4);
+      const __m512i f = _mm512_and_si512(e, kFFFF), cum = _mm512_srli_epi32(e, 16);
+      // Renormalise while x >= f << 20, i.e. (x >> 20) >= f.
+      need[h] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(X[h], 32 - kProbBits), f);
+      word[h] = X[h];
+      const __m512i v = _mm512_mask_srli_epi32(X[h], need[h], X[h], 16);
+      // q = v / f, exactly: a correctly rounded double quotient of a 32-bit v
+      // by f <= 4096 is never within 2^-12 of the next integer above it.
+      const __m512d lo =
+          _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(v)), _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
+      const __m512d hi = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(v, 1)),
+                                       _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)), _mm512_cvttpd_epu32(hi), 1);
+      const __m512i rem = _mm512_sub_epi32(v, _mm512_mullo_epi32(q, f));
+      X[h] = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, kProbBits), rem), cum);
+    }
+    const int c0 = __builtin_popcount(need[0]), c1 = __builtin_popcount(need[1]);
+    p -= c0 + c1;
+    _mm256_mask_compressstoreu_epi16(p, need[0], _mm512_cvtepi32_epi16(word[0]));
+    _mm256_mask_compressstoreu_epi16(p + c0, need[1], _mm512_cvtepi32_epi16(word[1]));
+  }
+  _mm512_storeu_si512(x, X[0]);
+  _mm512_storeu_si512(x + 16, X[1]);
+  *pos = p;
+}
+
+// Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
+// Returns the directory entry.
 uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint8_t* table_of, uint32_t exp_bits,
-                    const std::vector<Table>& tables, std::vector<uint8_t>* out) {
+                    const std::vector<Table>& tables, const std::vector<uint32_t>& enc, std::vector<uint8_t>* out) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
   const uint64_t raw_bytes = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
   uint32_t x[kLanes];
   for (auto& v : x) v = kL;
-  // At most one word per symbol.
-  std::vector<uint16_t> word_buf(n);
-  uint16_t* words = word_buf.data();
-  size_t nwords = 0;
+  // At most one word per symbol; the stream is written from the end backwards.
+  std::vector<uint16_t> word_buf(n + 1);
+  uint16_t* const words_end = word_buf.data() + word_buf.size();
+  uint16_t* pos = words_end;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
-  for (uint32_t r = rounds; r-- > 0;) {
+  const uint32_t full = n / kLanes;
+  uint32_t r = rounds;
+  // The partial last round (if any) first, scalar.
+  for (; r > full;) {
+    --r;
     for (int l = kLanes - 1; l >= 0; --l) {
       const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
       if (j >= n) continue;
       const uint32_t s = sym[begin + j];
       const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
       uint32_t v = x[l];
-      // Branch-free renormalisation: the word is always written, kept only if needed.
-      const bool renorm = v >= t.xmax[s];
-      words[nwords] = static_cast<uint16_t>(v);
-      nwords += renorm;
-      v = renorm ? v >> 16 : v;
+      if (v >= t.xmax[s]) {
+        *--pos = static_cast<uint16_t>(v);
+        v >>= 16;
+      }
       // A plain division: reciprocal tricks (ryg_rans) are exact only for
       // x < 2^31, and these states reach 2^32 - 1 when f >= 2048.
       const uint32_t f = t.freq[s];
       x[l] = ((v / f) << kProbBits) + (v % f) + t.cum[s];
     }
+    if (kHasAvx512 && g_simd.load(std::memory_order_relaxed)) break;
   }
+  if (r > 0 && kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
+    EncodeRoundsAvx512(x, r, sym + begin, table_of != nullptr ? table_of + begin : nullptr, enc.data(), &pos);
+    r = 0;
+  }
+  for (; r-- > 0;) {
+    for (int l = kLanes - 1; l >= 0; --l) {
+      const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
+      const uint32_t s = sym[begin + j];
+      const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
+      uint32_t v = x[l];
+      // Branch-free renormalisation: the word is always written, kept only if needed.
+      const bool renorm = v >= t.xmax[s];
+      pos[-1] = static_cast<uint16_t>(v);
+      pos -= renorm;
+      v = renorm ? v >> 16 : v;
+      const uint32_t f = t.freq[s];
+      x[l] = ((v / f) << kProbBits) + (v % f) + t.cum[s];
+    }
+  }
+  const size_t nwords = static_cast<size_t>(words_end - pos);
   const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};
   if (coded >= raw_bytes) {
     out->assign(raw_bytes, 0);
@@ -271,7 +347,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   uint8_t* p = out->data();
   for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
   p += kLanes * 4;
-  for (size_t k = 0; k < nwords; ++k) Put<uint16_t>(p + 2 * k, words[nwords - 1 - k]);
+  for (size_t k = 0; k < nwords; ++k) Put<uint16_t>(p + 2 * k, pos[k]);
   return static_cast<uint32_t>(coded);
 }
 
@@ -281,10 +357,6 @@ struct DecodeTable {
   // Per slot, for the SIMD decoder: sym | (freq - 1) << 8 | (slot - cum) << 20.
   uint32_t packed[kM];
 };
-
-std::atomic<bool> g_simd{true};
-const bool kHasAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
 
 // Decodes `rounds` full rounds (32 symbols each) with AVX-512: 16 lanes per
 // register, the slot table gathered, words handed to the lanes that need them
@@ -615,9 +687,13 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   const uint32_t tiles = static_cast<uint32_t>((n + kTileSymbols - 1) / kTileSymbols);
   std::vector<std::vector<uint8_t>> tile_bytes(tiles);
   std::vector<uint32_t> dir(tiles);
+  std::vector<uint32_t> enc(best.tables.size() * 256);  // freq | cum << 16, for the SIMD encoder
+  for (size_t t = 0; t < best.tables.size(); ++t) {
+    for (int sy = 0; sy < 256; ++sy) enc[t * 256 + sy] = best.tables[t].freq[sy] | best.tables[t].cum[sy] << 16;
+  }
   ParallelFor(tiles, threads, [&](uint64_t t) {
     dir[t] = EncodeTile(sym.data(), t * kTileSymbols, std::min<uint64_t>(n, (t + 1) * kTileSymbols), table_of,
-                        sp.info.exp_bits, best.tables, &tile_bytes[t]);
+                        sp.info.exp_bits, best.tables, enc, &tile_bytes[t]);
   });
 
   // 4. Assemble, or store when coding does not pay.
