@@ -661,16 +661,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     }
     for (uint64_t i = e0; i < e1; ++i) sym[i] = static_cast<uint8_t>(sp.Symbol(sp.Load(in, i)));
     if (sp.info.raw_bits == 0) return;
-    if (sp.info.raw_bits == 8) {
-      for (uint64_t i = e0; i < e1; ++i) raw_out[i] = static_cast<uint8_t>(sp.Raw(sp.Load(in, i)));
-      return;
-    }
-    uint32_t v[8];
-    for (uint64_t g = g0; g < g1; ++g) {
-      const int k_count = static_cast<int>(std::min<uint64_t>(8, n - g * 8));
-      for (int k = 0; k < k_count; ++k) v[k] = sp.Raw(sp.Load(in, g * 8 + k));
-      PackGroup(v, k_count, sp.info.raw_bits, raw_out + g * sp.info.raw_bits);
-    }
+    // This part starts on a group boundary, so it packs as a plane of its own.
+    Pack(e1 - e0, sp.info.raw_bits, raw_out + g0 * sp.info.raw_bits,
+         [&](uint64_t i) { return sp.Raw(sp.Load(in, e0 + i)); });
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <numeric>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -307,6 +308,11 @@ class SlowPairTest : public DaemonPairTest {
     ASSERT_NE(prefill_, nullptr);
     ASSERT_NE(decode_, nullptr);
   }
+  static std::vector<uint32_t> FirstBlocks(uint32_t n) {
+    std::vector<uint32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    return ids;
+  }
   // Waits until the transfer has moved at least one chunk.
   void WaitRunning(uint64_t id) {
     for (int i = 0; i < 2000; ++i) {
@@ -322,8 +328,7 @@ class SlowPairTest : public DaemonPairTest {
 TEST_F(SlowPairTest, KilledSenderFailsTheTransferWithAReason) {
   auto src = Pool(prefill_.get(), "src", 2048, 4);  // 64 MiB
   auto dst = Pool(decode_.get(), "dst", 2048, 0);
-  std::vector<uint32_t> all(2048);
-  for (uint32_t i = 0; i < 2048; ++i) all[i] = i;
+  const std::vector<uint32_t> all = FirstBlocks(2048);
   auto t = prefill_->client->Publish(src->id(), all);
   ASSERT_TRUE(t.ok());
   auto id = decode_->client->Pull(*t, dst->id(), all, absl::Seconds(30));
@@ -345,8 +350,7 @@ TEST_F(SlowPairTest, KilledSenderFailsTheTransferWithAReason) {
 TEST_F(SlowPairTest, CancelEndsTheTransferAndTheTicketStaysUsable) {
   auto src = Pool(prefill_.get(), "src", 1024, 5);  // 32 MiB
   auto dst = Pool(decode_.get(), "dst", 1024, 0);
-  std::vector<uint32_t> all(1024);
-  for (uint32_t i = 0; i < 1024; ++i) all[i] = i;
+  const std::vector<uint32_t> all = FirstBlocks(1024);
   auto t = prefill_->client->Publish(src->id(), all);
   ASSERT_TRUE(t.ok());
   auto id = decode_->client->Pull(*t, dst->id(), all);
@@ -390,8 +394,7 @@ TEST_F(SlowPairTest, CancelEndsTheTransferAndTheTicketStaysUsable) {
 TEST_F(SlowPairTest, DeadlineExpiresATransferThatIsTooSlow) {
   auto src = Pool(prefill_.get(), "src", 2048, 6);
   auto dst = Pool(decode_.get(), "dst", 2048, 0);
-  std::vector<uint32_t> all(2048);
-  for (uint32_t i = 0; i < 2048; ++i) all[i] = i;
+  const std::vector<uint32_t> all = FirstBlocks(2048);
   auto t = prefill_->client->Publish(src->id(), all);
   ASSERT_TRUE(t.ok());
   const absl::Time t0 = absl::Now();

@@ -116,14 +116,13 @@ class UcxTransport final : public Transport {
   absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie) override {
     auto* op = new OpCtx{this, cookie, 0};
     ucp_request_param_t param{};
-    ucp_tag_recv_info_t info{};
+    // Always complete through OnRecv: UCX 1.13 does not report the length of
+    // a receive that completes in place.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                         UCP_OP_ATTR_FIELD_RECV_INFO |
-                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // UCX 1.13 leaves tag_info unset in place
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.datatype = ucp_dt_make_contig(1);
     param.cb.recv = &UcxTransport::OnRecv;
     param.user_data = op;
-    param.recv_info.tag_info = &info;
     ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, capacity, tag, ~ucp_tag_t{0}, &param);
     if (UCS_PTR_IS_ERR(req)) {
       delete op;
@@ -134,10 +133,9 @@ class UcxTransport final : public Transport {
       }
       return FromUcsStatus(UCS_PTR_STATUS(req), "ucp_tag_recv_nbx");
     }
-    if (req == nullptr) {  // matched an already-arrived message in place
+    if (req == nullptr) {  // excluded by UCP_OP_ATTR_FLAG_NO_IMM_CMPL
       delete op;
-      done_.push_back(Completion{cookie, absl::OkStatus(), info.length});
-      return absl::OkStatus();
+      return absl::InternalError("ucp_tag_recv_nbx completed in place");
     }
     recvs_[cookie] = req;
     return absl::OkStatus();
