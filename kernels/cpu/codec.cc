@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/checksum.h"
+#include "kernels/codec_plan.h"
 
 namespace kvferry::codec {
 namespace {
@@ -195,12 +196,14 @@ Table Normalize(const uint64_t hist[256]) {
   return t;
 }
 
-double CodedBits(const uint64_t hist[256], const Table& t) {
-  double bits = 0;
+// Estimated coded size in 1/65536 bits (integer, so that the CUDA encoder
+// makes the same choices).
+uint64_t CostQ16(const uint64_t hist[256], const Table& t) {
+  uint64_t q = 0;
   for (int s = 0; s < 256; ++s) {
-    if (hist[s] != 0) bits += static_cast<double>(hist[s]) * (kProbBits - std::log2(static_cast<double>(t.freq[s])));
+    if (hist[s] != 0) q += plan::CostQ16(hist[s], t.freq[s]);
   }
-  return bits;
+  return q;
 }
 
 size_t TableBytes(const Table& t) { return 4 + 2 * t.count; }
@@ -467,7 +470,9 @@ struct Grouping {
   std::vector<uint8_t> channel_group;  // C entries, empty when groups == 1
   std::vector<Table> tables;
   size_t side_bytes = 0;  // map + tables
-  double bits = 0;        // estimated coded bits of the symbols
+  uint64_t cost_q16 = 0;  // estimated coded size of the symbols, 1/65536 bits
+
+  uint64_t TotalQ16() const { return cost_q16 + (uint64_t{side_bytes} << 19); }  // 8 bits/byte in Q16
 };
 
 Grouping Order0(const std::vector<uint8_t>& sym) {
@@ -486,59 +491,61 @@ Grouping Order0(const std::vector<uint8_t>& sym) {
   Grouping g;
   g.tables.push_back(Normalize(hist));
   g.side_bytes = TableBytes(g.tables[0]);
-  g.bits = CodedBits(hist, g.tables[0]);
+  g.cost_q16 = CostQ16(hist, g.tables[0]);
   return g;
 }
 
-// Per-channel histograms and the channel order by mean exponent, computed
-// once; each candidate group count is then evaluated from them.
+// KV-aware mode: channels ranked by mean exponent (plan::ChannelKey), cut into
+// 16 groups whose histograms are counted once; the candidates with 2, 4 and 8
+// tables merge neighbouring groups (plan::Group16).
 class ChannelStats {
  public:
-  ChannelStats(const std::vector<uint8_t>& sym, uint64_t channels) : channels_(channels), hist_(channels * 256, 0) {
+  ChannelStats(const std::vector<uint8_t>& sym, uint64_t channels)
+      : channels_(channels), group16_(channels), hist16_(16 * 256, 0) {
+    std::vector<uint64_t> sum(channels_, 0);
     uint64_t c = 0;
     for (uint8_t s : sym) {
-      ++hist_[c * 256 + s];
+      sum[c] += s;
       if (++c == channels_) c = 0;
     }
-    std::vector<std::pair<uint64_t, uint64_t>> key(channels_);  // (sum of symbols, count)
+    std::vector<uint64_t> key(channels_);
     for (uint64_t ch = 0; ch < channels_; ++ch) {
-      for (int s = 0; s < 256; ++s) {
-        key[ch].first += uint64_t{hist_[ch * 256 + s]} * static_cast<uint64_t>(s);
-        key[ch].second += hist_[ch * 256 + s];
-      }
+      key[ch] = plan::ChannelKey(sum[ch], plan::ChannelCount(sym.size(), channels_, ch), static_cast<uint32_t>(ch));
     }
-    order_.resize(channels_);
-    std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
-      // mean_a < mean_b, exactly: sum_a * cnt_b < sum_b * cnt_a
-      return static_cast<unsigned __int128>(key[a].first) * key[b].second <
-             static_cast<unsigned __int128>(key[b].first) * key[a].second;
-    });
+    std::sort(key.begin(), key.end());  // keys are unique: the channel is in the low bits
+    for (uint64_t k = 0; k < channels_; ++k) {
+      group16_[static_cast<uint32_t>(key[k])] = static_cast<uint8_t>(plan::Group16(k, channels_));
+    }
+    c = 0;
+    for (uint8_t s : sym) {
+      ++hist16_[group16_[c] * 256 + s];
+      if (++c == channels_) c = 0;
+    }
   }
 
   Grouping Groups(uint32_t groups) const {
+    const uint32_t shift = groups == 2 ? 3 : groups == 4 ? 2 : groups == 8 ? 1 : 0;
     Grouping g;
     g.groups = groups;
-    g.channel_group.assign(channels_, 0);
-    for (uint64_t k = 0; k < channels_; ++k) g.channel_group[order_[k]] = static_cast<uint8_t>(k * groups / channels_);
+    g.channel_group.resize(channels_);
+    for (uint64_t c = 0; c < channels_; ++c) g.channel_group[c] = static_cast<uint8_t>(group16_[c] >> shift);
     std::vector<uint64_t> hist(groups * 256, 0);
-    for (uint64_t c = 0; c < channels_; ++c) {
-      uint64_t* h = &hist[g.channel_group[c] * 256];
-      for (int s = 0; s < 256; ++s) h[s] += hist_[c * 256 + s];
+    for (uint32_t k = 0; k < 16; ++k) {
+      for (int s = 0; s < 256; ++s) hist[(k >> shift) * 256 + s] += hist16_[k * 256 + s];
     }
     g.side_bytes = channels_;
     for (uint32_t k = 0; k < groups; ++k) {
       g.tables.push_back(Normalize(&hist[k * 256]));
       g.side_bytes += TableBytes(g.tables.back());
-      g.bits += CodedBits(&hist[k * 256], g.tables.back());
+      g.cost_q16 += CostQ16(&hist[k * 256], g.tables.back());
     }
     return g;
   }
 
  private:
   uint64_t channels_;
-  std::vector<uint32_t> hist_;
-  std::vector<uint32_t> order_;
+  std::vector<uint8_t> group16_;
+  std::vector<uint64_t> hist16_;
 };
 
 }  // namespace
@@ -673,7 +680,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
       if (g > channels) break;
       Grouping cand = stats.Groups(g);
-      if (cand.bits / 8 + cand.side_bytes < best.bits / 8 + best.side_bytes) best = std::move(cand);
+      if (cand.TotalQ16() < best.TotalQ16()) best = std::move(cand);
     }
   }
   const uint8_t* table_of = nullptr;

@@ -1,8 +1,12 @@
-// CUDA decoder for kvferry codec chunks (docs/codec-format.md): decodes a batch
-// of chunks that are in device memory, stream-ordered, with no allocation and
-// no synchronisation per call (the workspace is sized at creation). Output
-// equals the CPU reference's for every chunk; a chunk that fails any check,
-// including the kvsum64 of its decoded bytes, gets a non-zero status.
+// CUDA encoder and decoder for kvferry codec chunks (docs/codec-format.md).
+// Both work on a batch of chunks in device memory per call, stream-ordered,
+// with no allocation and no synchronisation per call (workspaces are sized at
+// creation). The encoder produces the same bytes as the CPU reference
+// (kernels/cpu/codec.cc); the decoder accepts any valid chunk and gives a
+// chunk that fails any check, including the kvsum64 of its decoded bytes, a
+// non-zero status. Uncompressed data may be one buffer or a list of equal
+// blocks (a paged KV cache): the encoder gathers from the blocks and the
+// decoder scatters into them, with no staging copy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,10 +18,31 @@
 
 namespace kvferry::codec::cuda {
 
+// Uncompressed bytes in device memory: `data` (one buffer), or, when `blocks`
+// is set, the concatenation of `count` blocks of `block_bytes` each (a device
+// array of block pointers). Pointers are 16-byte aligned; block_bytes is a
+// multiple of 64 below 2^32.
+struct DeviceBlocks {
+  uint8_t* data = nullptr;
+  uint8_t* const* blocks = nullptr;
+  uint32_t count = 0;
+  uint64_t block_bytes = 0;
+};
+
 struct DeviceChunk {
   const uint8_t* data = nullptr;  // the encoded chunk (device memory)
   uint64_t bytes = 0;
-  uint8_t* out = nullptr;  // destination (device memory)
+  DeviceBlocks out;  // destination
+  uint64_t out_capacity = 0;
+};
+
+struct EncodeChunk {
+  DeviceBlocks in;  // source
+  uint64_t bytes = 0;  // input bytes, a whole number of elements
+  uint8_t dtype = 1;   // codec::DType
+  uint8_t channel_groups = 1;  // KV-aware mode when a layout is given
+  uint32_t tokens = 0, heads = 0, head_dim = 0;  // layout hint (0: none)
+  uint8_t* out = nullptr;  // the chunk (device memory, >= 64 + bytes)
   uint64_t out_capacity = 0;
 };
 
@@ -30,6 +55,7 @@ enum DecodeStatus : int32_t {
   kBadSection = 4,  // tables, map, directory or sizes inconsistent
   kBadTile = 5,     // rANS stream or raw tile inconsistent
   kChecksum = 6,    // decoded bytes do not match the header's kvsum64
+  kBadInput = 7,    // encoder: bad dtype, size, capacity, layout or block list
 };
 absl::Status ToStatus(int32_t code);
 
@@ -51,6 +77,31 @@ class Decoder {
   int max_chunks_ = 0;
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;
+  void* workspace_ = nullptr;
+};
+
+// Encodes a batch of chunks per call.
+class Encoder {
+ public:
+  // Sized for up to `max_chunks` per call, each of at most `max_chunk_bytes`
+  // input bytes. Allocates its workspace (about 3 bytes per input byte) once.
+  static absl::StatusOr<std::unique_ptr<Encoder>> Create(int max_chunks, uint64_t max_chunk_bytes);
+  ~Encoder();
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
+
+  // chunks: device array of `count` EncodeChunk; sizes: device array of
+  // `count` uint64 (chunk bytes written); status: device array of `count`
+  // int32 (DecodeStatus codes; 0 = OK). Returns launch errors only.
+  cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
+                          cudaStream_t stream);
+
+ private:
+  Encoder() = default;
+  int max_chunks_ = 0;
+  uint64_t max_chunk_bytes_ = 0;
+  uint32_t max_tiles_ = 0;
+  uint64_t max_elems_ = 0;
   void* workspace_ = nullptr;
 };
 

@@ -4,19 +4,12 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
+#include "kernels/cuda/codec_common.cuh"
 #include "kernels/cuda/codec_cuda.h"
 #include "kernels/cuda/kvsum64.cuh"
 
 namespace kvferry::codec::cuda {
 namespace {
-
-constexpr uint32_t kHeader = 64;
-constexpr uint32_t kTile = 16384;
-constexpr uint32_t kProbBits = 12;
-constexpr uint32_t kM = 1u << kProbBits;
-constexpr uint32_t kL = 1u << 16;
-constexpr uint32_t kMaxTables = 16;
-constexpr uint32_t kTileRaw = 1u << 31;
 
 struct DevTable {
   uint16_t freq[256];
@@ -29,9 +22,8 @@ struct ChunkState {
   uint64_t raw_off, map_off;
   uint32_t tiles, tables, flags;
   uint32_t elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
+  Addr out;
 };
-
-constexpr uint16_t kStored = 1, kGroups = 2;
 
 struct Workspace {
   ChunkState* state;
@@ -41,65 +33,16 @@ struct Workspace {
   unsigned long long* sum;  // [max_chunks]
 };
 
-__device__ uint64_t Ld64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-__device__ uint32_t Ld32(const uint8_t* p) {
-  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
-}
-__device__ uint32_t Ld16(const uint8_t* p) { return p[0] | (p[1] << 8); }
-
 __device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w) {
-  switch (d) {
-    case 1:
-      *bytes = 2;
-      *e = 8;
-      *w = 8;
-      return true;
-    case 2:
-      *bytes = 2;
-      *e = 5;
-      *w = 11;
-      return true;
-    case 3:
-      *bytes = 4;
-      *e = 8;
-      *w = 24;
-      return true;
-    case 4:
-      *bytes = 1;
-      *e = 4;
-      *w = 4;
-      return true;
-    case 5:
-      *bytes = 1;
-      *e = 5;
-      *w = 3;
-      return true;
-    case 6:
-      *bytes = 1;
-      *e = 8;
-      *w = 0;
-      return true;
-  }
-  return false;
+  ElemInfo info;
+  if (!GetElemInfo(d, &info)) return false;
+  *bytes = info.bytes;
+  *e = info.exp_bits;
+  *w = info.raw_bits;
+  return true;
 }
 
-// Reads value k of packed values of `width` bits (groups of 8, LSB-first).
-__device__ uint32_t Unpack(const uint8_t* packed, uint64_t i, uint32_t width) {
-  if (width == 8) return packed[i];
-  const uint64_t bit = (i / 8) * width * 8 + (i % 8) * width;
-  const uint8_t* p = packed + bit / 8;
-  const uint32_t shift = bit % 8;
-  uint32_t v = 0;
-  const uint32_t nbytes = (shift + width + 7) / 8;
-  for (uint32_t b = 0; b < nbytes; ++b) v |= static_cast<uint32_t>(p[b]) << (8 * b);
-  return (v >> shift) & ((1u << width) - 1);
-}
-
-__device__ void Store(const ChunkState& s, uint8_t* out, uint64_t i, uint32_t sym, uint32_t raw) {
+__device__ void Store(const ChunkState& s, const Addr& out, uint64_t i, uint32_t sym, uint32_t raw) {
   uint32_t v;
   if (s.opaque) {
     v = sym;
@@ -107,7 +50,7 @@ __device__ void Store(const ChunkState& s, uint8_t* out, uint64_t i, uint32_t sy
     const uint32_t sign = raw >> s.mant_bits;
     v = (sign << (s.exp_bits + s.mant_bits)) | (sym << s.mant_bits) | (raw & ((1u << s.mant_bits) - 1));
   }
-  uint8_t* p = out + i * s.elem_bytes;
+  uint8_t* p = out.At(i * s.elem_bytes);
   if (s.elem_bytes == 2) {
     *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);  // outputs are element-aligned
   } else if (s.elem_bytes == 4) {
@@ -162,7 +105,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         err = kBadHeader;
         break;
       }
-      if (s.orig_bytes > ch.out_capacity) {
+      if ((ch.out.blocks == nullptr && s.orig_bytes > ch.out_capacity) || !MakeAddr(ch.out, s.orig_bytes, &s.out)) {
         err = kOutputTooSmall;
         break;
       }
@@ -223,6 +166,8 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       tiles_start = off;
     } while (false);
   }
+  __syncthreads();
+  if (!BlockPointersOk(ch.out) && threadIdx.x == 0) err = kOutputTooSmall;
   __syncthreads();
   if (err != kOk || (s.flags & kStored)) {
     if (threadIdx.x == 0) status[c] = err;
@@ -366,7 +311,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (t >= s.tiles) return;
   if (stored) {  // copy this tile's share of the bytes
     const uint64_t b = static_cast<uint64_t>(t) * kTile, e = min(s.orig_bytes, b + kTile);
-    for (uint64_t i = b + lane; i < e; i += 32) ch.out[i] = ch.data[kHeader + i];
+    for (uint64_t i = b + lane; i < e; i += 32) *s.out.At(i) = ch.data[kHeader + i];
     return;
   }
   const uint64_t begin = static_cast<uint64_t>(t) * kTile;
@@ -384,7 +329,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     for (uint32_t j = lane; j < n; j += 32) {
       const uint64_t i = begin + j;
-      Store(s, ch.out, i, Unpack(tile, j, s.exp_bits), s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
+      Store(s, s.out, i, Unpack(tile, j, s.exp_bits), s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
     }
     return;
   }
@@ -434,7 +379,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     // Exponent bits only: the raw plane is merged in a second pass, so no
     // load sits on this loop's critical path.
-    if (active) Store(s, ch.out, begin + j, sym, 0);
+    if (active) Store(s, s.out, begin + j, sym, 0);
     if (groups) {
       ch_idx += ch_step;
       if (ch_idx >= s.channels) ch_idx -= s.channels;
@@ -454,7 +399,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const uint64_t i = begin + j;
     const uint32_t r = Unpack(raw, i, s.raw_bits);
     const uint32_t bits = ((r >> s.mant_bits) << exp_shift) | (r & mant_mask);
-    uint8_t* p = ch.out + i * s.elem_bytes;
+    uint8_t* p = s.out.At(i * s.elem_bytes);
     if (s.elem_bytes == 2) {
       *reinterpret_cast<uint16_t*>(p) |= static_cast<uint16_t>(bits);
     } else if (s.elem_bytes == 4) {
@@ -474,8 +419,13 @@ __global__ void ChecksumKernel(const DeviceChunk* chunks, const int32_t* status,
   const uint64_t block = gtid / 8;
   const uint64_t nblocks = (s.orig_bytes + 4095) / 4096;
   if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;  // whole CUDA block past the end
-  kvferry::cuda::Kvsum64AddBlockDigest(chunks[c].out, s.orig_bytes, block, static_cast<int>(gtid % 8), block < nblocks,
-                                       &ws.sum[c]);
+  struct Src {
+    Addr a;
+    __device__ uint64_t Word(uint64_t off) const { return *reinterpret_cast<const uint64_t*>(a.At(off)); }
+    __device__ uint8_t Byte(uint64_t off) const { return *a.At(off); }
+  } src{s.out};
+  kvferry::cuda::Kvsum64AddBlockDigestFrom(src, s.orig_bytes, block, static_cast<int>(gtid % 8), block < nblocks,
+                                           &ws.sum[c]);
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {

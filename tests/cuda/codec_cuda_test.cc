@@ -1,6 +1,8 @@
-// The CUDA decoder reproduces the CPU reference's input for chunks the CPU
-// encoder made (every dtype and size class, batched), rejects corrupted
-// chunks, and reports its throughput. Needs a CUDA device (skips without one).
+// The CUDA encoder produces the CPU reference's bytes, and the CUDA decoder
+// reproduces the CPU reference's input for chunks the CPU encoder made (every
+// dtype and size class, batched), gathering from and scattering into block
+// lists; corrupted chunks and bad requests fail. Needs a CUDA device (skips
+// without one). Throughput: tests/bench/codec_gpu_bench.cc.
 #include "kernels/cuda/codec_cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/codec.h"
@@ -51,7 +54,10 @@ void DecodeOnGpu(const Batch& b, std::vector<int32_t>* status, std::vector<std::
     CUDA_OK(cudaMalloc(&out, std::max<size_t>(1, b.inputs[k].size())));
     CUDA_OK(cudaMemcpy(in, b.chunks[k].data(), b.chunks[k].size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(out, 0xee, std::max<size_t>(1, b.inputs[k].size())));
-    host[k] = {static_cast<uint8_t*>(in), b.chunks[k].size(), static_cast<uint8_t*>(out), b.inputs[k].size()};
+    host[k].data = static_cast<uint8_t*>(in);
+    host[k].bytes = b.chunks[k].size();
+    host[k].out.data = static_cast<uint8_t*>(out);
+    host[k].out_capacity = b.inputs[k].size();
     owned.push_back(in);
     owned.push_back(out);
   }
@@ -67,7 +73,7 @@ void DecodeOnGpu(const Batch& b, std::vector<int32_t>* status, std::vector<std::
   outs->resize(host.size());
   for (size_t k = 0; k < host.size(); ++k) {
     (*outs)[k].resize(b.inputs[k].size());
-    CUDA_OK(cudaMemcpy((*outs)[k].data(), host[k].out, b.inputs[k].size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy((*outs)[k].data(), host[k].out.data, b.inputs[k].size(), cudaMemcpyDeviceToHost));
   }
   for (void* p : owned) cudaFree(p);
   cudaFree(dchunks);
@@ -139,66 +145,256 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   EXPECT_GT(failed, 190);
 }
 
-TEST_F(CudaCodec, Throughput) {
-  // bf16 KV-like data, CUDA events, median of 21 after warm-up.
-  struct Case {
-    const char* name;
-    size_t chunk_bytes;
-    int chunks;
-  } cases[] = {{"1 x 4 MiB", 4 << 20, 1},
-               {"16 x 4 MiB", 4 << 20, 16},
-               {"1 x 64 MiB", 64 << 20, 1},
-               {"64 x 4 MiB", 4 << 20, 64},
-               {"1 x 256 MiB", 256 << 20, 1}};
-  for (const auto& cs : cases) {
-    auto in = KvLike(DType::kBF16, cs.chunk_bytes / 2, 1024, 5);
-    EncodeOptions o;
-    o.layout = {0, 8, 128};
-    auto chunk = EncodeCpu(o, in);
-    auto dec = cuda::Decoder::Create(cs.chunks, cs.chunk_bytes);
-    ASSERT_TRUE(dec.ok());
-    std::vector<cuda::DeviceChunk> host(cs.chunks);
-    uint8_t *din = nullptr, *dout = nullptr;
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&din), chunk.size() * cs.chunks));
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dout), cs.chunk_bytes * cs.chunks));
-    for (int k = 0; k < cs.chunks; ++k) {
-      CUDA_OK(cudaMemcpy(din + k * chunk.size(), chunk.data(), chunk.size(), cudaMemcpyHostToDevice));
-      host[k] = {din + k * chunk.size(), chunk.size(), dout + k * cs.chunk_bytes, cs.chunk_bytes};
-    }
-    cuda::DeviceChunk* dchunks = nullptr;
-    int32_t* dstatus = nullptr;
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dchunks), host.size() * sizeof(host[0])));
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), host.size() * 4));
-    CUDA_OK(cudaMemcpy(dchunks, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
-    cudaEvent_t a, e;
-    CUDA_OK(cudaEventCreate(&a));
-    CUDA_OK(cudaEventCreate(&e));
-    for (int i = 0; i < 3; ++i) CUDA_OK((*dec)->DecodeAsync(dchunks, cs.chunks, dstatus, nullptr));
-    std::vector<float> ms;
-    for (int i = 0; i < 21; ++i) {
-      CUDA_OK(cudaEventRecord(a));
-      CUDA_OK((*dec)->DecodeAsync(dchunks, cs.chunks, dstatus, nullptr));
-      CUDA_OK(cudaEventRecord(e));
-      CUDA_OK(cudaEventSynchronize(e));
-      float t = 0;
-      CUDA_OK(cudaEventElapsedTime(&t, a, e));
-      ms.push_back(t);
-    }
-    std::vector<int32_t> st(cs.chunks);
-    CUDA_OK(cudaMemcpy(st.data(), dstatus, st.size() * 4, cudaMemcpyDeviceToHost));
-    for (int32_t v : st) EXPECT_EQ(v, 0);
-    std::vector<uint8_t> back(cs.chunk_bytes);
-    CUDA_OK(cudaMemcpy(back.data(), dout + (cs.chunks - 1) * cs.chunk_bytes, cs.chunk_bytes, cudaMemcpyDeviceToHost));
-    EXPECT_TRUE(back == in);
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    std::printf("cuda decode bf16 %-12s ratio %.3f: median %.3f ms, %.1f GB/s of decoded bytes\n", cs.name,
-                static_cast<double>(in.size()) / chunk.size(), med, cs.chunk_bytes * cs.chunks / 1e6 / med);
-    cudaFree(din);
-    cudaFree(dout);
-    cudaFree(dchunks);
-    cudaFree(dstatus);
+struct EncodeCase {
+  std::vector<uint8_t> input;
+  EncodeOptions options;
+};
+
+// Encodes every case in one EncodeAsync call (contiguous inputs).
+void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
+                 std::vector<std::vector<uint8_t>>* chunks) {
+  uint64_t max_in = 1;
+  for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
+  auto enc = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<cuda::EncodeChunk> host(cases.size());
+  std::vector<void*> owned;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    void *in = nullptr, *out = nullptr;
+    const size_t cap = MaxEncodedBytes(cases[k].input.size());
+    CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, cases[k].input.size())));
+    CUDA_OK(cudaMalloc(&out, cap));
+    CUDA_OK(cudaMemcpy(in, cases[k].input.data(), cases[k].input.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(out, 0xee, cap));
+    auto& h = host[k];
+    h.in.data = static_cast<uint8_t*>(in);
+    h.bytes = cases[k].input.size();
+    h.dtype = static_cast<uint8_t>(cases[k].options.dtype);
+    h.channel_groups = cases[k].options.channel_groups;
+    h.tokens = cases[k].options.layout.tokens;
+    h.heads = cases[k].options.layout.heads;
+    h.head_dim = cases[k].options.layout.head_dim;
+    h.out = static_cast<uint8_t*>(out);
+    h.out_capacity = cap;
+    owned.push_back(in);
+    owned.push_back(out);
   }
+  cuda::EncodeChunk* dchunks = nullptr;
+  int32_t* dstatus = nullptr;
+  uint64_t* dsizes = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dchunks), host.size() * sizeof(host[0])));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), host.size() * 4));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsizes), host.size() * 8));
+  CUDA_OK(cudaMemcpy(dchunks, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
+  CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  status->resize(host.size());
+  std::vector<uint64_t> sizes(host.size());
+  CUDA_OK(cudaMemcpy(status->data(), dstatus, host.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(sizes.data(), dsizes, host.size() * 8, cudaMemcpyDeviceToHost));
+  chunks->resize(host.size());
+  for (size_t k = 0; k < host.size(); ++k) {
+    (*chunks)[k].resize((*status)[k] == 0 ? sizes[k] : 0);
+    CUDA_OK(cudaMemcpy((*chunks)[k].data(), host[k].out, (*chunks)[k].size(), cudaMemcpyDeviceToHost));
+  }
+  for (void* p : owned) cudaFree(p);
+  cudaFree(dchunks);
+  cudaFree(dstatus);
+  cudaFree(dsizes);
+}
+
+// Where the chunks differ, for a readable failure.
+std::string FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return "first difference at byte " + std::to_string(i);
+  }
+  return "equal";
+}
+
+TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
+  std::vector<EncodeCase> cases;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  const Layout layouts[] = {{}, {0, 8, 128}, {0, 3, 64}, {0, 1, 5}};
+  for (DType d : all) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{33}, size_t{1001}, kTileSymbols - 1, kTileSymbols,
+                     kTileSymbols + 1, size_t{200001}}) {
+      for (const Layout& l : layouts) {
+        EncodeCase cs;
+        cs.options.dtype = d;
+        cs.options.layout = l;
+        cs.input = KvLike(d, n, std::max<uint32_t>(1, static_cast<uint32_t>(l.channels())), static_cast<uint32_t>(n));
+        cases.push_back(std::move(cs));
+      }
+    }
+  }
+  std::mt19937 rng(3);
+  EncodeCase random;  // does not shrink: STORED
+  random.input.resize(100000);
+  for (auto& v : random.input) v = static_cast<uint8_t>(rng());
+  cases.push_back(random);
+  EncodeCase constant;
+  constant.input.assign(300000, 0x3c);
+  cases.push_back(constant);
+  EncodeCase special;  // NaN payloads, +-0, inf, subnormals: every fp32 exponent
+  special.options.dtype = DType::kFP32;
+  for (uint32_t k = 0; k < 70000; ++k) {
+    const uint32_t v = (k % 2) << 31 | (k % 256) << 23 | (k * 2654435761u >> 9);
+    for (int b = 0; b < 4; ++b) special.input.push_back(static_cast<uint8_t>(v >> (8 * b)));
+  }
+  cases.push_back(special);
+  EncodeCase groups_off;
+  groups_off.options.layout = {0, 8, 128};
+  groups_off.options.channel_groups = false;
+  groups_off.input = KvLike(DType::kBF16, 100000, 1024, 9);
+  cases.push_back(groups_off);
+
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(cases, &status, &gpu);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", "
+                               << cases[k].input.size() << " bytes): " << FirstDifference(gpu[k], cpu);
+  }
+}
+
+TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
+  auto input = KvLike(DType::kBF16, 50000, 1024, 4);
+  auto enc = cuda::Encoder::Create(6, input.size());
+  ASSERT_TRUE(enc.ok());
+  uint8_t *in = nullptr, *out = nullptr;
+  const size_t cap = MaxEncodedBytes(input.size());
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&in), input.size()));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&out), 6 * cap));
+  CUDA_OK(cudaMemcpy(in, input.data(), input.size(), cudaMemcpyHostToDevice));
+  uint8_t** blocks = nullptr;  // one null block pointer
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&blocks), 2 * sizeof(uint8_t*)));
+  uint8_t* host_blocks[2] = {in, nullptr};
+  CUDA_OK(cudaMemcpy(blocks, host_blocks, sizeof(host_blocks), cudaMemcpyHostToDevice));
+  std::vector<cuda::EncodeChunk> h(6);
+  for (int k = 0; k < 6; ++k) {
+    h[k].in.data = in;
+    h[k].bytes = input.size();
+    h[k].out = out + k * cap;
+    h[k].out_capacity = cap;
+  }
+  h[1].dtype = 9;                      // no such dtype
+  h[2].bytes = input.size() - 1;       // not a whole number of bf16 elements
+  h[3].out_capacity = cap - 1;         // too small for the worst case
+  h[4].in = {nullptr, blocks, 2, 100};  // block size not a multiple of 64
+  h[5].in = {nullptr, blocks, 2, input.size() / 2 + 64 - (input.size() / 2) % 64};  // a null block
+  cuda::EncodeChunk* dh = nullptr;
+  int32_t* dstatus = nullptr;
+  uint64_t* dsizes = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dh), sizeof(h[0]) * 6));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 4 * 6));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsizes), 8 * 6));
+  CUDA_OK(cudaMemcpy(dh, h.data(), sizeof(h[0]) * 6, cudaMemcpyHostToDevice));
+  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  int32_t status[6];
+  uint64_t sizes[6];
+  CUDA_OK(cudaMemcpy(status, dstatus, sizeof(status), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(sizes, dsizes, sizeof(sizes), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status[0], cuda::kOk);
+  for (int k = 1; k < 6; ++k) {
+    EXPECT_EQ(status[k], cuda::kBadInput) << "request " << k;
+    EXPECT_EQ(sizes[k], 0u) << "request " << k;
+  }
+  std::vector<uint8_t> chunk(sizes[0]);
+  CUDA_OK(cudaMemcpy(chunk.data(), out, chunk.size(), cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(chunk == EncodeCpu(EncodeOptions{}, input));
+  EXPECT_EQ(cuda::Encoder::Create(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  cudaFree(in);
+  cudaFree(out);
+  cudaFree(blocks);
+  cudaFree(dh);
+  cudaFree(dstatus);
+  cudaFree(dsizes);
+}
+
+// A paged KV cache: the encoder gathers from shuffled blocks of a pool and the
+// decoder scatters into other shuffled blocks; no staging copy on either side.
+TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) {
+  const uint64_t block_bytes = 16 * 3 * 64 * 2;  // 16 tokens x 3 heads x 64 dims, bf16 (not a power of two)
+  const uint32_t nblocks = 37;
+  const auto input = KvLike(DType::kBF16, nblocks * block_bytes / 2, 192, 21);
+  EncodeOptions o;
+  o.layout = {16, 3, 64};
+  const auto cpu = EncodeCpu(o, input);
+  uint8_t *pool = nullptr, *pool2 = nullptr, *chunk = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool), 64 * block_bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool2), 64 * block_bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&chunk), MaxEncodedBytes(input.size())));
+  CUDA_OK(cudaMemset(pool2, 0, 64 * block_bytes));
+  std::vector<uint32_t> slots(64), slots2(64);
+  for (uint32_t k = 0; k < 64; ++k) slots[k] = slots2[k] = k;
+  std::mt19937 rng(5);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  std::shuffle(slots2.begin(), slots2.end(), rng);
+  std::vector<uint8_t*> src(nblocks), dst(nblocks);
+  for (uint32_t b = 0; b < nblocks; ++b) {
+    src[b] = pool + slots[b] * block_bytes;
+    dst[b] = pool2 + slots2[b] * block_bytes;
+    CUDA_OK(cudaMemcpy(src[b], input.data() + b * block_bytes, block_bytes, cudaMemcpyHostToDevice));
+  }
+  uint8_t** dsrc = nullptr;
+  uint8_t** ddst = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsrc), nblocks * sizeof(uint8_t*)));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&ddst), nblocks * sizeof(uint8_t*)));
+  CUDA_OK(cudaMemcpy(dsrc, src.data(), nblocks * sizeof(uint8_t*), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(ddst, dst.data(), nblocks * sizeof(uint8_t*), cudaMemcpyHostToDevice));
+
+  auto enc = cuda::Encoder::Create(1, input.size());
+  auto dec = cuda::Decoder::Create(1, input.size());
+  ASSERT_TRUE(enc.ok() && dec.ok());
+  cuda::EncodeChunk e;
+  e.in = {nullptr, dsrc, nblocks, block_bytes};
+  e.bytes = input.size();
+  e.tokens = 16, e.heads = 3, e.head_dim = 64;
+  e.out = chunk;
+  e.out_capacity = MaxEncodedBytes(input.size());
+  cuda::EncodeChunk* de = nullptr;
+  cuda::DeviceChunk* dd = nullptr;
+  int32_t* dstatus = nullptr;
+  uint64_t* dsize = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&de), sizeof(e)));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dd), sizeof(cuda::DeviceChunk)));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 8));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsize), 8));
+  CUDA_OK(cudaMemcpy(de, &e, sizeof(e), cudaMemcpyHostToDevice));
+  CUDA_OK((*enc)->EncodeAsync(de, 1, dsize, dstatus, nullptr));
+  uint64_t size = 0;
+  int32_t status = -1;
+  CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(status, 0) << cuda::ToStatus(status);
+  std::vector<uint8_t> gpu(size);
+  CUDA_OK(cudaMemcpy(gpu.data(), chunk, size, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(gpu == cpu) << FirstDifference(gpu, cpu);
+
+  cuda::DeviceChunk d;
+  d.data = chunk;
+  d.bytes = size;
+  d.out = {nullptr, ddst, nblocks, block_bytes};
+  CUDA_OK(cudaMemcpy(dd, &d, sizeof(d), cudaMemcpyHostToDevice));
+  CUDA_OK((*dec)->DecodeAsync(dd, 1, dstatus, nullptr));
+  CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(status, 0) << cuda::ToStatus(status);
+  std::vector<uint8_t> back(input.size());
+  for (uint32_t b = 0; b < nblocks; ++b) {
+    CUDA_OK(cudaMemcpy(back.data() + b * block_bytes, dst[b], block_bytes, cudaMemcpyDeviceToHost));
+  }
+  EXPECT_TRUE(back == input);
+  // Blocks of the pool not in the list stay untouched.
+  std::vector<uint8_t> rest(block_bytes);
+  for (uint32_t b = nblocks; b < 64; ++b) {
+    CUDA_OK(cudaMemcpy(rest.data(), pool2 + slots2[b] * block_bytes, block_bytes, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(std::all_of(rest.begin(), rest.end(), [](uint8_t v) { return v == 0; }));
+  }
+  for (void* p : std::initializer_list<void*>{pool, pool2, chunk, dsrc, ddst, de, dd, dstatus, dsize}) cudaFree(p);
 }
 
 }  // namespace

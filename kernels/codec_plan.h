@@ -1,0 +1,54 @@
+// Integer-only pieces of the encoder's choices, shared by the CPU reference and
+// the CUDA encoder so that both reach the same decisions bit for bit: the
+// size estimate of a frequency table, the channel order of KV-aware mode, and
+// the channel-group arithmetic. (docs/codec-format.md, "KV-aware mode".)
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/checksum_core.h"  // KVF_HD
+
+namespace kvferry::codec::plan {
+
+constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kM = 1u << kProbBits;
+
+// floor(2^16 * log2(f)) for 1 <= f < 2^32, by repeated squaring.
+KVF_HD uint32_t Log2Q16(uint32_t f) {
+  uint32_t ip = 0;
+  while ((f >> ip) > 1) ++ip;
+  uint64_t y = static_cast<uint64_t>(f) << (31 - ip);  // f / 2^ip in Q31, in [1, 2)
+  uint32_t frac = 0;
+  for (int b = 15; b >= 0; --b) {
+    y = (y * y) >> 31;
+    if (y >= (uint64_t{1} << 32)) {
+      y >>= 1;
+      frac |= 1u << b;
+    }
+  }
+  return (ip << 16) | frac;
+}
+
+// Estimated coded size, in 1/65536 bits, of `count` symbols whose normalised
+// frequency is f (1..kM): count * (12 - log2 f).
+KVF_HD uint64_t CostQ16(uint64_t count, uint32_t f) {
+  return count * ((uint64_t{kProbBits} << 16) - Log2Q16(f));
+}
+
+// The channel order of KV-aware mode sorts these keys: the channel's mean
+// exponent in 16.16 fixed point (floor), ties broken by channel index.
+KVF_HD uint64_t ChannelKey(uint64_t symbol_sum, uint64_t count, uint32_t channel) {
+  return (count == 0 ? 0 : (symbol_sum << 16) / count) << 32 | channel;
+}
+
+// Elements of channel c among n elements of a C-channel layout.
+KVF_HD uint64_t ChannelCount(uint64_t n, uint64_t channels, uint64_t c) {
+  return n / channels + (c < n % channels ? 1 : 0);
+}
+
+// Channel at rank k (0-based, in key order) joins group k * G / C. The group
+// for G tables is the group for 16 tables shifted right by log2(16 / G), so
+// the histograms of 16 groups give those of 2, 4 and 8.
+KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<uint32_t>(rank * 16 / channels); }
+
+}  // namespace kvferry::codec::plan

@@ -1,0 +1,139 @@
+// Device code shared by the CUDA encoder and decoder (docs/codec-format.md).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/codec_cuda.h"
+
+namespace kvferry::codec::cuda {
+
+constexpr uint32_t kHeader = 64;
+constexpr uint32_t kTile = 16384;
+constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kM = 1u << kProbBits;
+constexpr uint32_t kL = 1u << 16;
+constexpr uint32_t kMaxTables = 16;
+constexpr uint32_t kTileRaw = 1u << 31;
+constexpr uint16_t kStored = 1, kGroups = 2;
+constexpr uint64_t kMaxElements = 1ull << 40;
+// The encoder groups channels only up to this many (as the CPU reference).
+constexpr uint32_t kMaxGroupedChannels = 8192;
+
+struct ElemInfo {
+  uint32_t bytes = 0, exp_bits = 0, raw_bits = 0, mant_bits = 0;
+  bool opaque = false;
+
+  __device__ uint32_t Symbol(uint32_t v) const { return opaque ? v : (v >> mant_bits) & ((1u << exp_bits) - 1); }
+  __device__ uint32_t Raw(uint32_t v) const {
+    return opaque ? 0 : ((v >> (exp_bits + mant_bits)) << mant_bits) | (v & ((1u << mant_bits) - 1));
+  }
+};
+
+__device__ inline bool GetElemInfo(uint32_t dtype, ElemInfo* e) {
+  switch (dtype) {
+    case 1: *e = {2, 8, 8, 7, false}; return true;
+    case 2: *e = {2, 5, 11, 10, false}; return true;
+    case 3: *e = {4, 8, 24, 23, false}; return true;
+    case 4: *e = {1, 4, 4, 3, false}; return true;
+    case 5: *e = {1, 5, 3, 2, false}; return true;
+    case 6: *e = {1, 8, 0, 0, true}; return true;
+  }
+  return false;
+}
+
+// Byte addressing over DeviceBlocks. Block lookups divide by block_bytes with
+// a multiply-high; exact because offset * block_bytes < 2^64 (checked).
+struct Addr {
+  uint8_t* data = nullptr;
+  uint8_t* const* blocks = nullptr;
+  uint64_t bb = 0, magic = 0;
+
+  __device__ __forceinline__ uint8_t* At(uint64_t off) const {
+    if (blocks == nullptr) return data + off;
+    const uint64_t q = __umul64hi(off, magic);
+    return blocks[q] + (off - q * bb);
+  }
+};
+
+// Checks a block list that must hold `need` bytes (thread 0 only; the block
+// pointers' alignment is checked by CheckBlockPointers).
+__device__ inline bool MakeAddr(const DeviceBlocks& b, uint64_t need, Addr* a) {
+  a->data = b.data;
+  a->blocks = b.blocks;
+  if (b.blocks == nullptr) return need == 0 || (b.data != nullptr && reinterpret_cast<uintptr_t>(b.data) % 16 == 0);
+  const uint64_t bb = b.block_bytes;
+  if (b.count == 0 || bb < 64 || bb % 64 != 0 || bb >= (1ull << 32)) return false;
+  if (__umul64hi(bb * bb, b.count) != 0 || bb * b.count < need) return false;
+  a->bb = bb;
+  a->magic = ~0ull / bb + 1;
+  return true;
+}
+
+// All threads of a block: false if a block pointer is null or misaligned.
+__device__ inline bool BlockPointersOk(const DeviceBlocks& b) {
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  if (b.blocks != nullptr) {
+    for (uint32_t k = threadIdx.x; k < b.count; k += blockDim.x) {
+      if (b.blocks[k] == nullptr || reinterpret_cast<uintptr_t>(b.blocks[k]) % 16 != 0) bad = 1;
+    }
+  }
+  __syncthreads();
+  return bad == 0;
+}
+
+__device__ __forceinline__ uint64_t Ld64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+__device__ __forceinline__ uint32_t Ld32(const uint8_t* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+__device__ __forceinline__ uint32_t Ld16(const uint8_t* p) { return p[0] | (p[1] << 8); }
+__device__ __forceinline__ void St16(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+__device__ __forceinline__ void St32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+__device__ __forceinline__ void St64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// Packs v[0..8) of `width` bits LSB-first into `width` bytes at out.
+__device__ __forceinline__ void PackGroup8(const uint32_t* v, uint32_t width, uint8_t* out) {
+  uint64_t acc = 0;
+  uint32_t bits = 0, o = 0;
+  for (int k = 0; k < 8; ++k) {
+    acc |= static_cast<uint64_t>(v[k]) << bits;
+    bits += width;
+    while (bits >= 8) {
+      out[o++] = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      bits -= 8;
+    }
+  }
+}
+
+// Value i of values packed with `width` bits (groups of 8, LSB-first).
+__device__ __forceinline__ uint32_t Unpack(const uint8_t* packed, uint64_t i, uint32_t width) {
+  if (width == 8) return packed[i];
+  const uint64_t bit = (i / 8) * width * 8 + (i % 8) * width;
+  const uint8_t* p = packed + bit / 8;
+  const uint32_t shift = bit % 8;
+  uint32_t v = 0;
+  const uint32_t nbytes = (shift + width + 7) / 8;
+  for (uint32_t b = 0; b < nbytes; ++b) v |= static_cast<uint32_t>(p[b]) << (8 * b);
+  return (v >> shift) & ((1u << width) - 1);
+}
+
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+}  // namespace kvferry::codec::cuda

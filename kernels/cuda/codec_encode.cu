@@ -1,0 +1,800 @@
+// CUDA encoder for kvferry codec chunks: the same bytes as the CPU reference
+// (kernels/cpu/codec.cc Encode), computed in stream-ordered kernels over a
+// batch of chunks (blockIdx.y = chunk throughout):
+//   Setup     check each chunk's request, clear its counters
+//   Split     symbols to the workspace, raw plane straight into the chunk,
+//             order-0 histogram, per-channel symbol sums (KV-aware mode)
+//   Checksum  kvsum64 of the input
+//   Rank      order-0 table; channels ranked by mean exponent -> 16 groups
+//   Hist16    histograms of the 16 channel groups (KV-aware mode)
+//   Plan      candidates G = 1, 2, 4, 8, 16; writes map and tables
+//   Tiles     one warp per 16384-symbol tile: rANS, or RAW when not smaller
+//   Layout    tile offsets (scan), directory, header; STORED when not smaller
+//   Copy      tiles (or, when STORED, the input) into place
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "kernels/checksum_core.h"
+#include "kernels/codec_plan.h"
+#include "kernels/cuda/codec_common.cuh"
+#include "kernels/cuda/codec_cuda.h"
+#include "kernels/cuda/kvsum64.cuh"
+
+namespace kvferry::codec::cuda {
+namespace {
+
+constexpr uint32_t kScratch = 128 + 2 * kTile;     // a tile's worst case: states + one word per symbol
+constexpr uint32_t kSplitElems = 4 * kTile;        // elements per Split/Hist16 CUDA block
+constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
+
+struct ChunkPlan {
+  ElemInfo e;
+  Addr in;
+  uint64_t n, bytes, raw_plane, channels;
+  uint32_t tiles, tables, shift;  // tables chosen; group = group16 >> shift
+  uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
+  uint64_t tables_bytes;          // map + tables, written by Plan
+  uint64_t dir_off, tiles_off;    // chunk offsets of the directory and tile 0
+  uint64_t order0_cost;           // Q16 bits + table bytes, of the order-0 candidate
+};
+
+struct Workspace {
+  ChunkPlan* plan;             // [chunks]
+  unsigned long long* hist;    // [chunks][256]
+  unsigned long long* chsum;   // [chunks][kMaxGroupedChannels]
+  unsigned long long* hist16;  // [chunks][16][256]
+  unsigned long long* sum;     // [chunks] kvsum64 accumulator
+  uint8_t* group16;            // [chunks][kMaxGroupedChannels]
+  uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
+  uint32_t* freq0;             // [chunks][256] order-0 table
+  uint32_t* enc;               // [chunks][16][256] freq | cum << 16
+  uint32_t* rcp;               // [chunks][16][256] floor((2^32 - 1) / freq)
+  uint32_t* entry;             // [chunks][max_tiles] directory entries
+  uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
+  uint64_t* tile_dst;          // [chunks][max_tiles] chunk offset of each tile
+  uint8_t* sym;                // [chunks][max_elems]
+  uint8_t* scratch;            // [chunks][max_tiles][kScratch]
+  uint64_t max_elems;
+  uint32_t max_tiles;
+};
+
+// ---- Setup ----------------------------------------------------------------
+
+__global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
+  const int c = blockIdx.x;
+  const EncodeChunk ch = chunks[c];
+  ChunkPlan& p = ws.plan[c];
+  __shared__ int32_t err;
+  if (threadIdx.x == 0) {
+    err = kOk;
+    sizes[c] = 0;
+    ws.sum[c] = 0;
+    std::memset(&p, 0, sizeof(p));
+    do {
+      if (!GetElemInfo(ch.dtype, &p.e) || ch.bytes % p.e.bytes != 0 || ch.out == nullptr ||
+          ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in)) {
+        err = kBadInput;
+        break;
+      }
+      p.bytes = ch.bytes;
+      p.n = ch.bytes / p.e.bytes;
+      if (p.n > ws.max_elems || p.n > kMaxElements) {
+        err = kTooLarge;
+        break;
+      }
+      p.raw_plane = (p.n + 7) / 8 * p.e.raw_bits;
+      p.tiles = static_cast<uint32_t>((p.n + kTile - 1) / kTile);
+      p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
+      // As the CPU: nothing to code, or group padding makes the raw plane as
+      // large as the input.
+      p.stored = p.n == 0 || p.raw_plane >= p.bytes;
+      p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
+                   p.n >= p.channels;
+    } while (false);
+    status[c] = err;
+  }
+  __syncthreads();
+  if (!BlockPointersOk(ch.in) && threadIdx.x == 0) {
+    err = kBadInput;
+    status[c] = err;
+  }
+  __syncthreads();
+  if (err != kOk) return;
+  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) ws.hist[c * 256ull + k] = 0;
+  for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
+  for (uint32_t k = threadIdx.x; k < kMaxGroupedChannels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
+}
+
+// ---- Split ------------------------------------------------------------------
+
+// Loads the (up to) 8 elements of group g into v; `count` are valid.
+__device__ __forceinline__ void LoadGroup(const ChunkPlan& p, uint64_t g, uint32_t count, uint32_t* v) {
+  const uint64_t off = g * 8 * p.e.bytes;
+  const uint8_t* src = p.in.At(off);  // a group never straddles blocks (block_bytes % 64 == 0)
+  if (count == 8) {
+    if (p.e.bytes == 2) {
+      const uint4 q = *reinterpret_cast<const uint4*>(src);
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+      for (int k = 0; k < 4; ++k) {
+        v[2 * k] = w[k] & 0xffff;
+        v[2 * k + 1] = w[k] >> 16;
+      }
+    } else if (p.e.bytes == 1) {
+      const uint2 q = *reinterpret_cast<const uint2*>(src);
+      for (int k = 0; k < 4; ++k) {
+        v[k] = (q.x >> (8 * k)) & 0xff;
+        v[4 + k] = (q.y >> (8 * k)) & 0xff;
+      }
+    } else {
+      const uint4 a = *reinterpret_cast<const uint4*>(src);
+      const uint4 b = *reinterpret_cast<const uint4*>(src + 16);
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+    return;
+  }
+  for (uint32_t k = 0; k < 8; ++k) {
+    uint32_t x = 0;
+    if (k < count) {
+      for (uint32_t b = 0; b < p.e.bytes; ++b) x |= static_cast<uint32_t>(src[k * p.e.bytes + b]) << (8 * b);
+    }
+    v[k] = x;
+  }
+}
+
+__global__ void __launch_bounds__(256) SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkPlan p = ws.plan[c];
+  const uint64_t e0 = static_cast<uint64_t>(blockIdx.x) * kSplitElems;
+  if (p.stored || e0 >= p.n) return;
+  __shared__ uint32_t hist[8][256];
+  __shared__ uint32_t chsum[kMaxGroupedChannels];
+  for (uint32_t k = threadIdx.x; k < 8 * 256; k += blockDim.x) (&hist[0][0])[k] = 0;
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (p.grouping) {
+    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
+  }
+  __syncthreads();
+  uint32_t* h = hist[threadIdx.x / 32];
+  uint8_t* raw_out = chunks[c].out + kHeader;
+  uint8_t* sym_out = ws.sym + c * ws.max_elems;
+  const uint64_t e1 = min(p.n, e0 + kSplitElems);
+  const uint32_t base_ch = p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
+  const bool raw8_aligned = reinterpret_cast<uintptr_t>(raw_out) % 8 == 0;
+  for (uint64_t i = e0 + 8ull * threadIdx.x; i < e1; i += 8ull * blockDim.x) {
+    const uint64_t g = i / 8;
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(8), e1 - i));
+    uint32_t v[8], s[8], r[8];
+    LoadGroup(p, g, count, v);
+    for (int k = 0; k < 8; ++k) {
+      s[k] = p.e.Symbol(v[k]);
+      r[k] = p.e.Raw(v[k]);
+    }
+    if (count == 8) {
+      const uint2 sv = {s[0] | s[1] << 8 | s[2] << 16 | s[3] << 24, s[4] | s[5] << 8 | s[6] << 16 | s[7] << 24};
+      *reinterpret_cast<uint2*>(sym_out + i) = sv;
+    } else {
+      for (uint32_t k = 0; k < count; ++k) sym_out[i + k] = static_cast<uint8_t>(s[k]);
+    }
+    for (uint32_t k = count; k < 8; ++k) r[k] = 0;  // the last group is zero-padded
+    if (p.e.raw_bits == 8 && raw8_aligned) {
+      const uint2 rv = {r[0] | r[1] << 8 | r[2] << 16 | r[3] << 24, r[4] | r[5] << 8 | r[6] << 16 | r[7] << 24};
+      *reinterpret_cast<uint2*>(raw_out + g * 8) = rv;
+    } else if (p.e.raw_bits != 0) {
+      PackGroup8(r, p.e.raw_bits, raw_out + g * p.e.raw_bits);
+    }
+    for (uint32_t k = 0; k < count; ++k) atomicAdd(&h[s[k]], 1u);
+    if (p.grouping) {
+      uint32_t chn = (base_ch + static_cast<uint32_t>(i - e0)) % C;
+      for (uint32_t k = 0; k < count; ++k) {
+        atomicAdd(&chsum[chn], s[k]);
+        if (++chn == C) chn = 0;
+      }
+    }
+  }
+  __syncthreads();
+  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) {
+    uint32_t t = 0;
+    for (int w = 0; w < 8; ++w) t += hist[w][k];
+    if (t != 0) atomicAdd(&ws.hist[c * 256ull + k], static_cast<unsigned long long>(t));
+  }
+  if (p.grouping) {
+    const uint32_t touched = static_cast<uint32_t>(min(static_cast<uint64_t>(C), e1 - e0));
+    for (uint32_t k = threadIdx.x; k < touched; k += blockDim.x) {
+      const uint32_t chn = (base_ch + k) % C;
+      atomicAdd(&ws.chsum[c * 1ull * kMaxGroupedChannels + chn], static_cast<unsigned long long>(chsum[chn]));
+    }
+  }
+}
+
+// ---- Checksum -----------------------------------------------------------------
+
+struct GatherBytes {
+  Addr a;
+  __device__ __forceinline__ uint64_t Word(uint64_t off) const {
+    return *reinterpret_cast<const uint64_t*>(a.At(off));  // 8-aligned: blocks are 16-aligned, multiples of 64
+  }
+  __device__ __forceinline__ uint8_t Byte(uint64_t off) const { return *a.At(off); }
+};
+
+__global__ void ChecksumKernel(const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkPlan& p = ws.plan[c];
+  const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t block = gtid / 8;
+  const uint64_t nblocks = (p.bytes + 4095) / 4096;
+  if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;
+  const GatherBytes src{p.in};
+  kvferry::cuda::Kvsum64AddBlockDigestFrom(src, p.bytes, block, static_cast<int>(gtid % 8), block < nblocks,
+                                           &ws.sum[c]);
+}
+
+// ---- tables ----------------------------------------------------------------------
+
+// One warp normalises a histogram (lane l holds symbols 8l..8l+7 in h) exactly
+// as kernels/cpu/codec.cc Normalize, and returns the estimated size (Q16 bits
+// plus 8 bits per table byte, in Q16) on every lane.
+__device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8]) {
+  const int lane = threadIdx.x % 32;
+  uint64_t total = 0;
+  for (int k = 0; k < 8; ++k) total += h[k];
+  total = WarpSum(total);
+  if (total == 0) {
+    for (int k = 0; k < 8; ++k) f[k] = 0;
+    return 4ull << 19;  // an empty table: lo, count
+  }
+  uint32_t sum = 0;
+  for (int k = 0; k < 8; ++k) {
+    f[k] = h[k] == 0 ? 0 : static_cast<uint32_t>(max(uint64_t{1}, h[k] * kM / total));
+    sum += f[k];
+  }
+  sum = WarpSum(sum);
+  const int32_t d = static_cast<int32_t>(kM) - static_cast<int32_t>(sum);
+  if (d > 0) {
+    // The most frequent symbol, lowest index on ties.
+    uint64_t best = 0;
+    uint32_t at = 8 * lane;
+    for (int k = 0; k < 8; ++k) {
+      if (h[k] > best) best = h[k], at = 8 * lane + k;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const uint64_t ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
+      if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+    }
+    if (at / 8 == static_cast<uint32_t>(lane)) f[at % 8] += d;
+  } else if (d < 0) {
+    // Decrementing the largest frequency above 1 (lowest index on ties) -d
+    // times ends with every frequency cut to a level L, and the r lowest-index
+    // symbols at L lowered to L - 1: L is the smallest level whose excess
+    // sum(max(0, f - L)) is <= -d.
+    const uint32_t k_dec = static_cast<uint32_t>(-d);
+    auto excess = [&](uint32_t level) {
+      uint32_t e = 0;
+      for (int k = 0; k < 8; ++k) e += f[k] > level ? f[k] - level : 0;
+      return WarpSum(e);
+    };
+    uint32_t lo = 1, hi = kM;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (excess(mid) <= k_dec) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    const uint32_t level = lo;
+    uint32_t r = k_dec - excess(level);
+    uint32_t at_level = 0;
+    for (int k = 0; k < 8; ++k) {
+      f[k] = min(f[k], level);
+      at_level += f[k] == level ? 1 : 0;
+    }
+    uint32_t before = at_level;  // inclusive scan over lanes
+    for (int o = 1; o < 32; o *= 2) {
+      const uint32_t t = __shfl_up_sync(0xffffffffu, before, o);
+      if (lane >= o) before += t;
+    }
+    before -= at_level;
+    for (int k = 0; k < 8; ++k) {
+      if (f[k] == level) {
+        if (before < r) --f[k];
+        ++before;
+      }
+    }
+  }
+  uint64_t cost = 0;
+  int first = 256, last = -1;
+  for (int k = 0; k < 8; ++k) {
+    if (h[k] != 0) cost += plan::CostQ16(h[k], f[k]);
+    if (f[k] != 0) {
+      first = min(first, 8 * lane + k);
+      last = max(last, 8 * lane + k);
+    }
+  }
+  cost = WarpSum(cost);
+  for (int o = 16; o > 0; o /= 2) {
+    first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+    last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+  }
+  const uint64_t table_bytes = 4 + 2ull * (last - first + 1);
+  return cost + (table_bytes << 19);
+}
+
+// Order-0 table; channel ranks -> group16 (bitonic sort of the unique keys).
+__global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Workspace ws) {
+  const int c = blockIdx.x;
+  if (status[c] != kOk) return;
+  ChunkPlan& p = ws.plan[c];
+  if (p.stored) return;
+  if (threadIdx.x < 32) {
+    uint64_t h[8];
+    uint32_t f[8];
+    for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * threadIdx.x + k];
+    const uint64_t cost = WarpNormalize(h, f);
+    for (int k = 0; k < 8; ++k) ws.freq0[c * 256ull + 8 * threadIdx.x + k] = f[k];
+    if (threadIdx.x == 0) p.order0_cost = cost;
+  }
+  if (!p.grouping) return;
+  extern __shared__ uint64_t key[];  // kMaxGroupedChannels
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  uint32_t size = 1;
+  while (size < C) size *= 2;
+  for (uint32_t k = threadIdx.x; k < size; k += blockDim.x) {
+    key[k] = k < C ? plan::ChannelKey(ws.chsum[c * 1ull * kMaxGroupedChannels + k], plan::ChannelCount(p.n, C, k), k)
+                   : ~0ull;
+  }
+  __syncthreads();
+  for (uint32_t len = 2; len <= size; len *= 2) {
+    for (uint32_t j = len / 2; j > 0; j /= 2) {
+      for (uint32_t i = threadIdx.x; i < size; i += blockDim.x) {
+        const uint32_t partner = i ^ j;
+        if (partner > i) {
+          const bool up = (i & len) == 0;
+          const uint64_t a = key[i], b = key[partner];
+          if ((a > b) == up) {
+            key[i] = b;
+            key[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) {
+    ws.group16[c * 1ull * kMaxGroupedChannels + static_cast<uint32_t>(key[k])] =
+        static_cast<uint8_t>(plan::Group16(k, C));
+  }
+}
+
+__global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkPlan p = ws.plan[c];
+  const uint64_t e0 = static_cast<uint64_t>(blockIdx.x) * kSplitElems;
+  if (p.stored || !p.grouping || e0 >= p.n) return;
+  __shared__ uint32_t hist[16 * 256];
+  __shared__ uint8_t group[kMaxGroupedChannels];
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) hist[k] = 0;
+  for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) group[k] = ws.group16[c * 1ull * kMaxGroupedChannels + k];
+  __syncthreads();
+  const uint64_t e1 = min(p.n, e0 + kSplitElems);
+  const uint32_t base_ch = static_cast<uint32_t>(e0 % C);
+  const uint8_t* sym = ws.sym + c * ws.max_elems;
+  for (uint64_t i = e0 + 16ull * threadIdx.x; i < e1; i += 16ull * blockDim.x) {
+    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(16), e1 - i));
+    uint8_t s[16];
+    if (count == 16) {
+      const uint4 q = *reinterpret_cast<const uint4*>(sym + i);
+      std::memcpy(s, &q, 16);
+    } else {
+      for (uint32_t k = 0; k < count; ++k) s[k] = sym[i + k];
+    }
+    uint32_t chn = (base_ch + static_cast<uint32_t>(i - e0)) % C;
+    for (uint32_t k = 0; k < count; ++k) {
+      atomicAdd(&hist[group[chn] * 256 + s[k]], 1u);
+      if (++chn == C) chn = 0;
+    }
+  }
+  __syncthreads();
+  for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) {
+    if (hist[k] != 0) atomicAdd(&ws.hist16[c * 4096ull + k], static_cast<unsigned long long>(hist[k]));
+  }
+}
+
+// Picks the table count (order-0 first, then 2, 4, 8, 16 channel groups; the
+// first strictly cheaper wins), writes map and tables into the chunk and the
+// encode tables into the workspace.
+__global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+  const int c = blockIdx.x;
+  if (status[c] != kOk) return;
+  ChunkPlan& p = ws.plan[c];
+  if (p.stored) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ uint32_t freq[31][256];  // 0: order-0; then 2 + 4 + 8 + 16 group tables
+  __shared__ uint64_t cost[31];
+  __shared__ uint32_t chosen_first, chosen_count, chosen_shift, stored;
+  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) freq[0][k] = ws.freq0[c * 256ull + k];
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (p.grouping) {
+    // Table t of the G-table candidate is slot G - 1 + t (G = 2, 4, 8, 16).
+    for (uint32_t slot = 1 + warp; slot < 31; slot += blockDim.x / 32) {
+      const uint32_t G = slot < 3 ? 2 : slot < 7 ? 4 : slot < 15 ? 8 : 16;
+      const uint32_t t = slot - (G - 1), shift = G == 2 ? 3 : G == 4 ? 2 : G == 8 ? 1 : 0;
+      uint64_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (uint32_t g = t << shift; g < ((t + 1) << shift); ++g) {
+        for (int k = 0; k < 8; ++k) h[k] += ws.hist16[c * 4096ull + g * 256 + 8 * lane + k];
+      }
+      uint32_t f[8];
+      const uint64_t q = WarpNormalize(h, f);
+      for (int k = 0; k < 8; ++k) freq[slot][8 * lane + k] = f[k];
+      if (lane == 0) cost[slot] = q;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t best = p.order0_cost;
+    uint32_t first = 0, count = 1, shift = 0;
+    if (p.grouping) {
+      for (uint32_t G = 2; G <= 16 && G <= C; G *= 2) {
+        uint64_t q = static_cast<uint64_t>(C) << 19;  // the map
+        for (uint32_t t = 0; t < G; ++t) q += cost[G - 1 + t];
+        if (q < best) {
+          best = q;
+          first = G - 1;
+          count = G;
+          shift = G == 2 ? 3 : G == 4 ? 2 : G == 8 ? 1 : 0;
+        }
+      }
+    }
+    chosen_first = first;
+    chosen_count = count;
+    chosen_shift = shift;
+    p.tables = count;
+    p.shift = shift;
+  }
+  __syncthreads();
+  const uint32_t first = chosen_first, G = chosen_count;
+  // Table byte offsets within the chunk.
+  __shared__ uint64_t table_off[17];
+  __shared__ uint32_t table_lo[16], table_n[16];
+  if (threadIdx.x == 0) {
+    uint64_t off = kHeader + p.raw_plane + (G > 1 ? C : 0);
+    for (uint32_t t = 0; t < G; ++t) {
+      int lo = -1, hi = -1;
+      for (int s = 0; s < 256; ++s) {
+        if (freq[first + t][s] != 0) {
+          if (lo < 0) lo = s;
+          hi = s;
+        }
+      }
+      table_lo[t] = lo < 0 ? 0 : lo;
+      table_n[t] = lo < 0 ? 0 : hi - lo + 1;
+      table_off[t] = off;
+      off += 4 + 2ull * table_n[t];
+    }
+    table_off[G] = off;
+    p.tables_bytes = off - kHeader - p.raw_plane;
+    p.dir_off = off;
+    const uint64_t dir_end = off + 4ull * p.tiles;
+    p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
+    // Like the CPU, code only when it can pay: side sections alone must leave room.
+    stored = p.tiles_off - kHeader >= p.bytes;
+    if (stored) p.stored = 1;
+  }
+  __syncthreads();
+  if (stored) return;
+  uint8_t* out = chunks[c].out;
+  if (G > 1) {
+    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) {
+      const uint8_t m = ws.group16[c * 1ull * kMaxGroupedChannels + k] >> chosen_shift;
+      ws.map[c * 1ull * kMaxGroupedChannels + k] = m;
+      out[kHeader + p.raw_plane + k] = m;
+    }
+  }
+  for (uint32_t t = warp; t < G; t += blockDim.x / 32) {
+    uint8_t* tp = out + table_off[t];
+    if (lane == 0) {
+      St16(tp, table_lo[t]);
+      St16(tp + 2, table_n[t]);
+    }
+    for (uint32_t k = lane; k < table_n[t]; k += 32) St16(tp + 4 + 2 * k, freq[first + t][table_lo[t] + k]);
+    // Encode tables: exclusive prefix sums per symbol (one warp, 8 symbols a lane).
+    uint32_t f[8], run = 0;
+    for (int k = 0; k < 8; ++k) {
+      f[k] = freq[first + t][8 * lane + k];
+      run += f[k];
+    }
+    uint32_t incl = run;
+    for (int o = 1; o < 32; o *= 2) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    uint32_t cum = incl - run;
+    for (int k = 0; k < 8; ++k) {
+      const uint64_t at = (c * 16ull + t) * 256 + 8 * lane + k;
+      ws.enc[at] = f[k] | cum << 16;
+      ws.rcp[at] = f[k] == 0 ? 0 : 0xffffffffu / f[k];
+      cum += f[k];
+    }
+  }
+}
+
+// ---- tiles -----------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkPlan p = ws.plan[c];
+  if (p.stored) return;
+  const uint32_t tile = blockIdx.x * kTilesPerBlock + threadIdx.x / 32;
+  if (blockIdx.x * kTilesPerBlock >= p.tiles) return;
+  __shared__ uint32_t enc[kMaxTables * 256], rcp[kMaxTables * 256];
+  __shared__ uint8_t map[kMaxGroupedChannels];
+  for (uint32_t k = threadIdx.x; k < p.tables * 256; k += blockDim.x) {
+    enc[k] = ws.enc[c * 4096ull + k];
+    rcp[k] = ws.rcp[c * 4096ull + k];
+  }
+  const bool groups = p.tables > 1;
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (groups) {
+    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) map[k] = ws.map[c * 1ull * kMaxGroupedChannels + k];
+  }
+  __syncthreads();
+  if (tile >= p.tiles) return;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t begin = static_cast<uint64_t>(tile) * kTile;
+  const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), p.n - begin));
+  const uint8_t* sym = ws.sym + c * ws.max_elems + begin;
+  uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + tile) * kScratch;
+  uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
+  const uint32_t rounds = (n + 31) / 32;
+  uint32_t x = kL, emitted = 0;
+  // Channel of this lane's element in the last round, then stepping back 32.
+  uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
+  const uint32_t back = groups ? 32 % C : 0;
+  const unsigned lt = (1u << lane) - 1;
+  uint32_t j = 32 * (rounds - 1) + lane;
+  uint32_t s_next = j < n ? sym[j] : 0;
+  for (uint32_t r = rounds; r-- > 0; j -= 32) {
+    const bool active = j < n;
+    const uint32_t s = s_next;
+    if (r > 0) s_next = sym[j - 32];  // earlier rounds are always full
+    const uint32_t at = (groups ? map[chn] * 256u : 0u) + s;
+    const uint32_t e = enc[at], f = e & 0xffff;
+    const bool need = active && (x >> (32 - kProbBits)) >= f;
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    const uint32_t k = __popc(mask);
+    if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
+        static_cast<uint16_t>(x);
+    emitted += k;
+    if (active) {
+      const uint32_t v = need ? x >> 16 : x;
+      uint32_t q = __umulhi(v, rcp[at]);
+      uint32_t rem = v - q * f;
+      if (rem >= f) ++q, rem -= f;
+      x = (q << kProbBits) + rem + (e >> 16);
+    }
+    if (groups) chn = chn >= back ? chn - back : chn + C - back;
+  }
+  const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
+  const uint32_t raw = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
+  if (coded >= raw) {
+    __syncwarp();
+    for (uint32_t g = lane; g < (n + 7) / 8; g += 32) {
+      uint32_t v[8];
+      for (uint32_t k = 0; k < 8; ++k) v[k] = 8 * g + k < n ? sym[8 * g + k] : 0;
+      PackGroup8(v, p.e.exp_bits, scratch + g * p.e.exp_bits);
+    }
+    for (uint32_t b = (n + 7) / 8 * p.e.exp_bits + lane; b < raw; b += 32) scratch[b] = 0;
+    if (lane == 0) ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = raw | kTileRaw;
+    return;
+  }
+  reinterpret_cast<uint32_t*>(scratch)[lane] = x;
+  if (lane == 0) {
+    ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = coded;
+    ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + tile] = emitted;
+  }
+}
+
+// ---- layout and copy -----------------------------------------------------------------
+
+// One block per chunk: tile offsets by a block-wide scan, the directory, the
+// header and the chunk's size.
+__global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes,
+                                                     Workspace ws) {
+  const int c = blockIdx.x;
+  if (status[c] != kOk) return;
+  ChunkPlan& p = ws.plan[c];
+  uint8_t* out = chunks[c].out;
+  __shared__ uint64_t warp_total[32];
+  __shared__ uint64_t payload;
+  __shared__ uint32_t stored;
+  if (threadIdx.x == 0) stored = p.stored;
+  __syncthreads();
+  if (!stored) {
+    const uint32_t per = (p.tiles + blockDim.x - 1) / blockDim.x;
+    const uint32_t t0 = min(p.tiles, threadIdx.x * per), t1 = min(p.tiles, t0 + per);
+    const uint32_t* entry = ws.entry + static_cast<uint64_t>(c) * ws.max_tiles;
+    uint64_t mine = 0;
+    for (uint32_t t = t0; t < t1; ++t) mine += entry[t] & ~kTileRaw;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint64_t incl = mine;
+    for (int o = 1; o < 32; o *= 2) {
+      const uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t acc = 0;
+      for (uint32_t w = 0; w < blockDim.x / 32; ++w) {
+        const uint64_t v = warp_total[w];
+        warp_total[w] = acc;
+        acc += v;
+      }
+      payload = p.tiles_off - kHeader + acc;
+      if (payload >= p.bytes) stored = p.stored = 1;
+    }
+    __syncthreads();
+    if (!stored) {
+      uint64_t off = p.tiles_off + warp_total[warp] + incl - mine;
+      for (uint32_t t = t0; t < t1; ++t) {
+        ws.tile_dst[static_cast<uint64_t>(c) * ws.max_tiles + t] = off;
+        St32(out + p.dir_off + 4ull * t, entry[t]);
+        off += entry[t] & ~kTileRaw;
+      }
+      for (uint64_t b = p.dir_off + 4ull * p.tiles + threadIdx.x; b < p.tiles_off; b += blockDim.x) out[b] = 0;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const EncodeChunk ch = chunks[c];
+  const uint64_t pay = stored ? p.bytes : payload;
+  std::memset(out, 0, kHeader);
+  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = 1, out[5] = ch.dtype;
+  St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
+  St64(out + 8, p.n);
+  St32(out + 16, ch.tokens);
+  St32(out + 20, ch.heads);
+  St32(out + 24, ch.head_dim);
+  St16(out + 28, stored ? 0 : p.tables);
+  St32(out + 32, stored ? 0 : p.tiles);
+  St64(out + 40, stored ? 0 : p.raw_plane);
+  St64(out + 48, pay);
+  St64(out + 56, kvferry::checksum::Finish(ws.sum[c], p.bytes));
+  sizes[c] = kHeader + pay;
+}
+
+// blockIdx.x = tile (or, for a STORED chunk, a 16 KiB piece of the input).
+__global__ void __launch_bounds__(256) CopyKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;
+  const ChunkPlan& p = ws.plan[c];
+  uint8_t* out = chunks[c].out;
+  const uint32_t t = blockIdx.x;
+  if (p.stored) {
+    const uint64_t b0 = static_cast<uint64_t>(t) * kTile, b1 = min(p.bytes, b0 + kTile);
+    if (b0 >= p.bytes) return;
+    // 16-byte pieces never straddle blocks; the destination may be unaligned.
+    for (uint64_t b = b0 + 16ull * threadIdx.x; b < b1; b += 16ull * blockDim.x) {
+      const uint32_t len = static_cast<uint32_t>(min(static_cast<uint64_t>(16), b1 - b));
+      const uint8_t* src = p.in.At(b);
+      if (len == 16 && reinterpret_cast<uintptr_t>(out + kHeader + b) % 16 == 0) {
+        *reinterpret_cast<uint4*>(out + kHeader + b) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (uint32_t k = 0; k < len; ++k) out[kHeader + b + k] = src[k];
+      }
+    }
+    return;
+  }
+  if (t >= p.tiles) return;
+  const uint32_t entry = ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + t];
+  const uint32_t size = entry & ~kTileRaw;
+  const uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + t) * kScratch;
+  uint8_t* dst = out + ws.tile_dst[static_cast<uint64_t>(c) * ws.max_tiles + t];
+  const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+  if (entry & kTileRaw) {
+    for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
+      const uint32_t v = reinterpret_cast<const uint32_t*>(scratch)[b];
+      if (dst4) {
+        reinterpret_cast<uint32_t*>(dst)[b] = v;
+      } else {
+        St32(dst + 4 * b, v);
+      }
+    }
+    return;
+  }
+  // States, then the words (which end at the end of the scratch area), then
+  // zero padding to a multiple of 4.
+  const uint32_t nw = ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + t];
+  const uint16_t* words = reinterpret_cast<const uint16_t*>(scratch + kScratch) - nw;
+  for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
+    uint32_t v;
+    if (b < 32) {
+      v = reinterpret_cast<const uint32_t*>(scratch)[b];
+    } else {
+      const uint32_t k = 2 * (b - 32);
+      v = (k < nw ? words[k] : 0u) | (k + 1 < nw ? static_cast<uint32_t>(words[k + 1]) << 16 : 0u);
+    }
+    if (dst4) {
+      reinterpret_cast<uint32_t*>(dst)[b] = v;
+    } else {
+      St32(dst + 4 * b, v);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_t max_chunk_bytes) {
+  if (max_chunks < 1 || max_chunk_bytes < 1) return absl::InvalidArgumentError("encoder must hold >= 1 chunk");
+  auto e = std::unique_ptr<Encoder>(new Encoder());
+  e->max_chunks_ = max_chunks;
+  e->max_chunk_bytes_ = max_chunk_bytes;
+  e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
+  const uint64_t n = static_cast<uint64_t>(max_chunks);
+  e->max_elems_ = (max_chunk_bytes + 63) & ~uint64_t{63};  // >= elements of any dtype
+  const uint64_t bytes = 64 * 16 + n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
+                                        2 * kMaxGroupedChannels + 256 * 4 + 2 * 4096 * 4) +
+                         n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch)) + n * e->max_elems_;
+  if (cudaFuncSetAttribute(RankKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kMaxGroupedChannels * sizeof(uint64_t))) != cudaSuccess) {
+    return absl::InternalError("cannot give the rank kernel its shared memory");
+  }
+  if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
+  }
+  return e;
+}
+
+Encoder::~Encoder() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+}
+
+cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
+                                 cudaStream_t stream) {
+  if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
+  const uint64_t n = static_cast<uint64_t>(max_chunks_);
+  uint8_t* p = static_cast<uint8_t*>(workspace_);
+  auto take = [&p](uint64_t b) {
+    uint8_t* r = p;
+    p += (b + 63) & ~uint64_t{63};
+    return r;
+  };
+  Workspace ws;
+  ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
+  ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
+  ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
+  ws.hist16 = reinterpret_cast<unsigned long long*>(take(n * 4096 * 8));
+  ws.sum = reinterpret_cast<unsigned long long*>(take(n * 8));
+  ws.group16 = take(n * kMaxGroupedChannels);
+  ws.map = take(n * kMaxGroupedChannels);
+  ws.freq0 = reinterpret_cast<uint32_t*>(take(n * 256 * 4));
+  ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
+  ws.rcp = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
+  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
+  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
+  ws.tile_dst = reinterpret_cast<uint64_t*>(take(n * max_tiles_ * 8));
+  ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
+  ws.sym = take(n * max_elems_);
+  ws.max_elems = max_elems_;
+  ws.max_tiles = max_tiles_;
+  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
+  const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
+  SetupKernel<<<count, 256, 0, stream>>>(chunks, status, sizes, ws);
+  SplitKernel<<<dim3(split_blocks, count), 256, 0, stream>>>(chunks, status, ws);
+  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(status, ws);
+  RankKernel<<<count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream>>>(status, ws);
+  Hist16Kernel<<<dim3(split_blocks, count), 256, 0, stream>>>(status, ws);
+  PlanKernel<<<count, 256, 0, stream>>>(chunks, status, ws);
+  TilesKernel<<<dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0, stream>>>(
+      status, ws);
+  LayoutKernel<<<count, 1024, 0, stream>>>(chunks, status, sizes, ws);
+  CopyKernel<<<dim3(max_tiles_, count), 256, 0, stream>>>(chunks, status, ws);
+  return cudaGetLastError();
+}
+
+}  // namespace kvferry::codec::cuda
