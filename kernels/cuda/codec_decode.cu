@@ -31,6 +31,8 @@ struct Workspace {
   uint64_t* tile_off;       // [max_chunks][max_tiles]: byte offset of each tile
   uint32_t* tile_entry;     // [max_chunks][max_tiles]: directory entries
   unsigned long long* sum;  // [max_chunks]
+  uint8_t* sym;             // [max_chunks][max_elems] decoded exponent symbols
+  uint64_t max_elems;
 };
 
 __device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w) {
@@ -40,24 +42,6 @@ __device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w)
   *e = info.exp_bits;
   *w = info.raw_bits;
   return true;
-}
-
-__device__ void Store(const ChunkState& s, const Addr& out, uint64_t i, uint32_t sym, uint32_t raw) {
-  uint32_t v;
-  if (s.opaque) {
-    v = sym;
-  } else {
-    const uint32_t sign = raw >> s.mant_bits;
-    v = (sign << (s.exp_bits + s.mant_bits)) | (sym << s.mant_bits) | (raw & ((1u << s.mant_bits) - 1));
-  }
-  uint8_t* p = out.At(i * s.elem_bytes);
-  if (s.elem_bytes == 2) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);  // outputs are element-aligned
-  } else if (s.elem_bytes == 4) {
-    *reinterpret_cast<uint32_t*>(p) = v;
-  } else {
-    *p = static_cast<uint8_t>(v);
-  }
 }
 
 // One block per chunk: checks the header and sections, builds the decode
@@ -276,24 +260,24 @@ struct SharedTable {
 constexpr size_t kDecodeShared = kMaxTables * sizeof(SharedTable) + kSharedMap;
 
 // Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
-// blockIdx.y = chunk). The chunk's tables and channel map live in (dynamic)
-// shared memory; the word stream is read ahead, 64 words at a time, and handed
-// out by shuffles.
+// blockIdx.y = chunk): decodes the tile's exponent symbols into the
+// workspace's symbol plane (MergeKernel joins them with the raw plane). The
+// chunk's tables and channel map live in (dynamic) shared memory; the word
+// stream is read 96 words ahead and handed out by shuffles; decoded symbols
+// are staged in shared memory and stored 16 bytes per lane.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
   extern __shared__ uint8_t smem[];
   SharedTable* shared = reinterpret_cast<SharedTable*>(smem);
   uint8_t* smap = smem + kMaxTables * sizeof(SharedTable);
+  __shared__ uint4 stage[kWarpsPerBlock][32];
   const int c = blockIdx.y;
-  // A copy in registers: stores to the output could alias global memory, so a
-  // reference would be re-read from memory after every store.
   const ChunkState s = ws.state[c];
-  if (status[c] != kOk) return;  // uniform for the block
+  if (status[c] != kOk || (s.flags & kStored)) return;  // uniform for the block
+  if (blockIdx.x * kWarpsPerBlock >= s.tiles) return;
   const DeviceChunk ch = chunks[c];
-  const bool stored = s.flags & kStored;
-  const uint32_t nt = stored ? 0 : s.tables;
   const DevTable* gtables = ws.tables + static_cast<uint64_t>(c) * kMaxTables;
-  for (uint32_t t = 0; t < nt; ++t) {
+  for (uint32_t t = 0; t < s.tables; ++t) {
     for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
       reinterpret_cast<uint32_t*>(shared[t].slot_sym)[k] = reinterpret_cast<const uint32_t*>(gtables[t].slot_sym)[k];
     }
@@ -301,36 +285,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       shared[t].freq_cum[k] = gtables[t].freq[k] | (static_cast<uint32_t>(gtables[t].cum[k]) << 16);
     }
   }
-  const bool map_shared = !stored && (s.flags & kGroups) && s.channels <= kSharedMap;
+  const bool groups = s.flags & kGroups;
+  const bool map_shared = groups && s.channels <= kSharedMap;
   if (map_shared) {
     for (uint32_t k = threadIdx.x; k < s.channels; k += blockDim.x) smap[k] = ch.data[s.map_off + k];
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  const uint32_t t = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t t = blockIdx.x * kWarpsPerBlock + warp;
   if (t >= s.tiles) return;
-  if (stored) {  // copy this tile's share of the bytes
-    const uint64_t b = static_cast<uint64_t>(t) * kTile, e = min(s.orig_bytes, b + kTile);
-    for (uint64_t i = b + lane; i < e; i += 32) *s.out.At(i) = ch.data[kHeader + i];
-    return;
-  }
   const uint64_t begin = static_cast<uint64_t>(t) * kTile;
   const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), s.n - begin));
   const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
   const uint32_t size = entry & ~kTileRaw;
   const uint8_t* tile = ch.data + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
-  const uint8_t* raw = ch.data + s.raw_off;
   const uint8_t* map = ch.data + s.map_off;
-  const bool groups = s.flags & kGroups;
+  uint8_t* sym_out = ws.sym + c * ws.max_elems + begin;
   if (entry & kTileRaw) {
     if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) {
       if (lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
       return;
     }
-    for (uint32_t j = lane; j < n; j += 32) {
-      const uint64_t i = begin + j;
-      Store(s, s.out, i, Unpack(tile, j, s.exp_bits), s.raw_bits ? Unpack(raw, i, s.raw_bits) : 0);
-    }
+    for (uint32_t j = lane; j < n; j += 32) sym_out[j] = static_cast<uint8_t>(Unpack(tile, j, s.exp_bits));
     return;
   }
   bool bad = size < 128;
@@ -340,92 +316,127 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const uint32_t nwords = bad ? 0 : (size - 128) / 2;
   auto load = [&](uint32_t k) -> uint32_t { return k < nwords ? words[k] : 0u; };
   uint32_t base = 0;  // stream position of buf0's word 0
-  uint32_t buf0 = load(lane), buf1 = load(32 + lane);
+  uint32_t buf0 = load(lane), buf1 = load(32 + lane), buf2 = load(64 + lane);
   uint32_t wpos = 0;
   const uint32_t rounds = (n + 31) / 32;
-  uint64_t ch_idx = groups ? (begin + lane) % s.channels : 0;
+  uint32_t ch_idx = groups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
   const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
+  const uint32_t C = static_cast<uint32_t>(s.channels);
+  const unsigned lt = (1u << lane) - 1;
+  uint8_t* st = reinterpret_cast<uint8_t*>(stage[warp]);
   for (uint32_t r = 0; r < rounds; ++r) {
-    const uint32_t j = r * 32 + lane;
-    const bool active = j < n;
-    uint32_t sym = 0;
-    bool need = false;
-    if (active) {
-      const uint32_t tb = groups ? (map_shared ? smap[ch_idx] : map[ch_idx]) : 0;
-      const uint32_t slot = x & (kM - 1);
-      sym = shared[tb].slot_sym[slot];
-      const uint32_t fc = shared[tb].freq_cum[sym];
-      const uint32_t f = fc & 0xffff;
-      bad |= f == 0;
-      x = f * (x >> kProbBits) + slot - (fc >> 16);
-      need = x < kL;
-    }
+    const bool active = r * 32 + lane < n;
+    const uint32_t tb = groups ? (map_shared ? smap[ch_idx] : map[ch_idx]) : 0;
+    const uint32_t slot = x & (kM - 1);
+    const uint32_t sym = shared[tb].slot_sym[slot];
+    const uint32_t fc = shared[tb].freq_cum[sym];
+    const uint32_t f = fc & 0xffff;
+    bad |= active && f == 0;
+    const uint32_t y = f * (x >> kProbBits) + slot - (fc >> 16);
+    const bool need = active && y < kL;
     const unsigned mask = __ballot_sync(0xffffffffu, need);
-    const uint32_t off = wpos - base + __popc(mask & ((1u << lane) - 1));  // 0..63
+    const uint32_t before = __popc(mask & lt);
+    const uint32_t off = wpos - base + before;  // 0..63
     const uint32_t w0 = __shfl_sync(0xffffffffu, buf0, off & 31);
-    // buf1 is touched only when a word comes from it, so its load (issued
-    // when the window slid) stays in flight across the rounds before.
-    uint32_t w1 = 0;
-    if (__any_sync(0xffffffffu, need && off >= 32)) w1 = __shfl_sync(0xffffffffu, buf1, off & 31);
-    if (need) {
-      bad |= wpos + __popc(mask & ((1u << lane) - 1)) >= nwords;
-      x = (x << 16) | (off < 32 ? w0 : w1);
-    }
+    const uint32_t w1 = __shfl_sync(0xffffffffu, buf1, off & 31);
+    bad |= need && wpos + before >= nwords;
+    if (active) x = need ? (y << 16) | (off < 32 ? w0 : w1) : y;
     wpos += __popc(mask);
     if (wpos - base >= 32) {  // slide the window by 32 words
       base += 32;
       buf0 = buf1;
-      buf1 = load(base + 32 + lane);
+      buf1 = buf2;
+      buf2 = load(base + 64 + lane);
     }
-    // Exponent bits only: the raw plane is merged in a second pass, so no
-    // load sits on this loop's critical path.
-    if (active) Store(s, s.out, begin + j, sym, 0);
+    st[(r % 16) * 32 + lane] = static_cast<uint8_t>(sym);
+    if (r % 16 == 15 || r + 1 == rounds) {  // 16 rounds staged: 512 symbols, 16 bytes a lane
+      __syncwarp();
+      const uint32_t seg = r / 16 * 512;
+      if (seg + 16 * lane < n) {
+        if (seg + 16 * lane + 16 <= n) {
+          reinterpret_cast<uint4*>(sym_out + seg)[lane] = stage[warp][lane];
+        } else {
+          for (uint32_t k = 0; seg + 16 * lane + k < n; ++k) sym_out[seg + 16 * lane + k] = st[16 * lane + k];
+        }
+      }
+      __syncwarp();
+    }
     if (groups) {
       ch_idx += ch_step;
-      if (ch_idx >= s.channels) ch_idx -= s.channels;
+      if (ch_idx >= C) ch_idx -= C;
     }
   }
   bad |= x != kL;
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
-  if (__any_sync(0xffffffffu, bad)) {
-    if (lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
-    return;
-  }
-  if (s.raw_bits == 0) return;
-  __syncwarp();
-  // Second pass: merge sign and mantissa from the raw plane (coalesced).
-  const uint32_t exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
-  for (uint32_t j = lane; j < n; j += 32) {
-    const uint64_t i = begin + j;
-    const uint32_t r = Unpack(raw, i, s.raw_bits);
-    const uint32_t bits = ((r >> s.mant_bits) << exp_shift) | (r & mant_mask);
-    uint8_t* p = s.out.At(i * s.elem_bytes);
-    if (s.elem_bytes == 2) {
-      *reinterpret_cast<uint16_t*>(p) |= static_cast<uint16_t>(bits);
-    } else if (s.elem_bytes == 4) {
-      *reinterpret_cast<uint32_t*>(p) |= bits;
-    } else {
-      *p |= static_cast<uint8_t>(bits);
-    }
-  }
+  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }
 
-// kvsum64 of each chunk's decoded bytes (blockIdx.y = chunk).
-__global__ void ChecksumKernel(const DeviceChunk* chunks, const int32_t* status, Workspace ws) {
+// Joins symbols and raw plane into the output (or copies a STORED chunk's
+// bytes) and adds the kvsum64 of what it wrote: 8 consecutive threads own one
+// 4 KiB checksum block, thread l the 8-byte words l, l + 8, ...
+__global__ void __launch_bounds__(256) MergeKernel(const DeviceChunk* chunks, const int32_t* status, Workspace ws) {
+  using namespace kvferry::checksum;  // NOLINT
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkState s = ws.state[c];
   const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
   const uint64_t block = gtid / 8;
-  const uint64_t nblocks = (s.orig_bytes + 4095) / 4096;
+  const int lane = static_cast<int>(gtid % 8);
+  const uint64_t nblocks = (s.orig_bytes + kBlockBytes - 1) / kBlockBytes;
   if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;  // whole CUDA block past the end
-  struct Src {
-    Addr a;
-    __device__ uint64_t Word(uint64_t off) const { return *reinterpret_cast<const uint64_t*>(a.At(off)); }
-    __device__ uint8_t Byte(uint64_t off) const { return *a.At(off); }
-  } src{s.out};
-  kvferry::cuda::Kvsum64AddBlockDigestFrom(src, s.orig_bytes, block, static_cast<int>(gtid % 8), block < nblocks,
-                                           &ws.sum[c]);
+  const bool active = block < nblocks;
+  const uint8_t* in = chunks[c].data;
+  const bool stored = s.flags & kStored;
+  const uint8_t* sym = ws.sym + c * ws.max_elems;
+  const uint8_t* raw = in + s.raw_off;
+  const uint32_t eb = s.elem_bytes, exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
+  const bool bf16_fast = !stored && eb == 2 && s.raw_bits == 8 && !s.opaque;
+  // The element value of index i.
+  auto value = [&](uint64_t i) -> uint32_t {
+    if (s.opaque) return sym[i];
+    const uint32_t r = s.raw_bits == 8 ? raw[i] : Unpack(raw, i, s.raw_bits);
+    return ((r >> s.mant_bits) << exp_shift) | (sym[i] << s.mant_bits) | (r & mant_mask);
+  };
+  uint64_t S = 0, D = 0, m = 0;
+  if (active) {
+    const uint64_t start = block * kBlockBytes;
+    m = min(static_cast<uint64_t>(kBlockBytes), s.orig_bytes - start);
+    const uint32_t nw = static_cast<uint32_t>((m + 7) / 8);
+    for (uint32_t j = lane; j < nw; j += kLanes) {
+      const uint64_t off = start + 8ull * j;
+      const uint32_t len = static_cast<uint32_t>(min(static_cast<uint64_t>(8), s.orig_bytes - off));
+      uint64_t w = 0;
+      if (stored) {
+        for (uint32_t k = 0; k < len; ++k) w |= static_cast<uint64_t>(in[kHeader + off + k]) << (8 * k);
+      } else if (bf16_fast && len == 8) {
+        const uint64_t e0 = off / 2;
+        const uint32_t sy = *reinterpret_cast<const uint32_t*>(sym + e0);
+        const uint32_t r = raw[e0] | raw[e0 + 1] << 8 | raw[e0 + 2] << 16 | static_cast<uint32_t>(raw[e0 + 3]) << 24;
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t rk = (r >> (8 * k)) & 0xff, sk = (sy >> (8 * k)) & 0xff;
+          w |= static_cast<uint64_t>((rk >> 7) << 15 | sk << 7 | (rk & 0x7f)) << (16 * k);
+        }
+      } else {
+        for (uint32_t k = 0; k < len; k += eb) {
+          w |= static_cast<uint64_t>(value((off + k) / eb)) << (8 * k);
+        }
+      }
+      uint8_t* dst = s.out.At(off);
+      if (len == 8) {
+        *reinterpret_cast<uint64_t*>(dst) = w;  // 8-aligned: blocks are 16-aligned, multiples of 64
+      } else {
+        for (uint32_t k = 0; k < len; ++k) dst[k] = static_cast<uint8_t>(w >> (8 * k));
+        w ^= static_cast<uint64_t>(len) << 56;  // the tail word of a block
+      }
+      S += Product(w, Key(j));
+      D += w;
+    }
+  }
+  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(0xffffffffu, D, 1);
+  uint64_t lanes[kLanes];
+  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
+  for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(0xffffffffu, acc, base + l);
+  if (active && lane == 0) atomicAdd(&ws.sum[c], static_cast<unsigned long long>(MergeLanes(lanes, m)));
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {
@@ -460,7 +471,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = sizeof(Workspace) + n * sizeof(ChunkState) + n * kMaxTables * sizeof(DevTable) +
-                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
+                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t) + kTile) + n * 8 + 256;
   if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kDecodeShared)) != cudaSuccess) {
     return absl::InternalError("cannot give the decode kernel its shared memory");
@@ -493,12 +504,14 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.tile_entry = reinterpret_cast<uint32_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
+  p = align(p + n * 8);
+  ws.sym = p;  // n * max_tiles * kTile bytes
+  ws.max_elems = static_cast<uint64_t>(max_tiles_) * kTile;
   ParseKernel<<<count, 256, 0, stream>>>(chunks, status, ws, max_tiles_);
   DecodeKernel<<<dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32, kDecodeShared,
                  stream>>>(chunks, status, ws, max_tiles_);
-  const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
-  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status,
-                                                                                                         ws);
+  const uint64_t merge_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
+  MergeKernel<<<dim3(static_cast<unsigned>((merge_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status, ws);
   FinishKernel<<<(count + 127) / 128, 128, 0, stream>>>(status, ws, count);
   return cudaGetLastError();
 }

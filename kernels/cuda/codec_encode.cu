@@ -24,7 +24,7 @@ namespace kvferry::codec::cuda {
 namespace {
 
 constexpr uint32_t kScratch = 128 + 2 * kTile;     // a tile's worst case: states + one word per symbol
-constexpr uint32_t kSplitElems = 4 * kTile;        // elements per Split/Hist16 CUDA block
+constexpr uint32_t kSplitElems = kTile;            // elements per Split/Hist16 CUDA block
 constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
 
 struct ChunkPlan {
@@ -524,18 +524,40 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
 
 // ---- tiles -----------------------------------------------------------------------
 
+// One rANS step of a lane: emits a word (ballot-compacted into the stream,
+// which is written backwards from words_end) and folds symbol entry `e`
+// (freq | cum << 16, with rcp = floor((2^32 - 1) / freq)) into x.
+__device__ __forceinline__ void EncodeStep(bool active, uint2 e, uint32_t lt, uint16_t* words_end, uint32_t& x,
+                                           uint32_t& emitted) {
+  const uint32_t f = e.x & 0xffff;
+  const bool need = active && (x >> (32 - kProbBits)) >= f;
+  const unsigned mask = __ballot_sync(0xffffffffu, need);
+  const uint32_t k = __popc(mask);
+  if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
+      static_cast<uint16_t>(x);
+  emitted += k;
+  const uint32_t v = need ? x >> 16 : x;
+  uint32_t q = __umulhi(v, e.y);
+  uint32_t rem = v - q * f;
+  if (rem >= f) ++q, rem -= f;
+  if (active) x = (q << kProbBits) + rem + (e.x >> 16);
+}
+
+constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
+
 __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
   if (p.stored) return;
-  const uint32_t tile = blockIdx.x * kTilesPerBlock + threadIdx.x / 32;
+  const uint32_t warp = threadIdx.x / 32;
+  const uint32_t tile = blockIdx.x * kTilesPerBlock + warp;
   if (blockIdx.x * kTilesPerBlock >= p.tiles) return;
-  __shared__ uint32_t enc[kMaxTables * 256], rcp[kMaxTables * 256];
+  __shared__ uint2 enc[kMaxTables * 256];  // freq | cum << 16, rcp
   __shared__ uint8_t map[kMaxGroupedChannels];
+  __shared__ uint4 stage[kTilesPerBlock][2][32];
   for (uint32_t k = threadIdx.x; k < p.tables * 256; k += blockDim.x) {
-    enc[k] = ws.enc[c * 4096ull + k];
-    rcp[k] = ws.rcp[c * 4096ull + k];
+    enc[k] = make_uint2(ws.enc[c * 4096ull + k], ws.rcp[c * 4096ull + k]);
   }
   const bool groups = p.tables > 1;
   const uint32_t C = static_cast<uint32_t>(p.channels);
@@ -550,34 +572,47 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint8_t* sym = ws.sym + c * ws.max_elems + begin;
   uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + tile) * kScratch;
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
-  const uint32_t rounds = (n + 31) / 32;
+  const uint32_t rounds = (n + 31) / 32, full = n / 32;
+  const uint32_t lt = (1u << lane) - 1;
   uint32_t x = kL, emitted = 0;
-  // Channel of this lane's element in the last round, then stepping back 32.
+  // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
+  // stepped back by 32 mod C per round.
   uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
   const uint32_t back = groups ? 32 % C : 0;
-  const unsigned lt = (1u << lane) - 1;
-  uint32_t j = 32 * (rounds - 1) + lane;
-  uint32_t s_next = j < n ? sym[j] : 0;
-  for (uint32_t r = rounds; r-- > 0; j -= 32) {
-    const bool active = j < n;
-    const uint32_t s = s_next;
-    if (r > 0) s_next = sym[j - 32];  // earlier rounds are always full
-    const uint32_t at = (groups ? map[chn] * 256u : 0u) + s;
-    const uint32_t e = enc[at], f = e & 0xffff;
-    const bool need = active && (x >> (32 - kProbBits)) >= f;
-    const unsigned mask = __ballot_sync(0xffffffffu, need);
-    const uint32_t k = __popc(mask);
-    if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
-        static_cast<uint16_t>(x);
-    emitted += k;
-    if (active) {
-      const uint32_t v = need ? x >> 16 : x;
-      uint32_t q = __umulhi(v, rcp[at]);
-      uint32_t rem = v - q * f;
-      if (rem >= f) ++q, rem -= f;
-      x = (q << kProbBits) + rem + (e >> 16);
-    }
+  auto step_back = [&] {
     if (groups) chn = chn >= back ? chn - back : chn + C - back;
+  };
+  if (full < rounds) {  // the partial last round first
+    const uint32_t j = 32 * full + lane;
+    const uint32_t s = j < n ? sym[j] : 0;
+    EncodeStep(j < n, enc[(groups ? map[chn] * 256u : 0u) + s], lt, words_end, x, emitted);
+    step_back();
+  }
+  // Full rounds, last to first, in segments of 16 rounds; the next segment's
+  // 512 symbols load (one uint4 per lane) while this one is coded.
+  const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[warp][0]);
+  const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
+  const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
+  // Symbol planes are padded to whole tiles, so a segment's 512 bytes are
+  // always readable (beyond `full` rounds they are not used).
+  uint4 next = segs > 0 ? reinterpret_cast<const uint4*>(sym + 512u * (segs - 1))[lane] : make_uint4(0, 0, 0, 0);
+  for (uint32_t sg = segs; sg-- > 0;) {
+    stage[warp][sg & 1][lane] = next;
+    if (sg > 0) next = reinterpret_cast<const uint4*>(sym + 512u * (sg - 1))[lane];
+    __syncwarp();
+    const uint8_t* st = (sg & 1) ? st1 : st0;
+    const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
+    if (groups) {
+      for (uint32_t r = r1; r-- > r0;) {
+        EncodeStep(true, enc[map[chn] * 256u + st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+        step_back();
+      }
+    } else if (r1 - r0 == kStageRounds) {
+#pragma unroll
+      for (int r = kStageRounds - 1; r >= 0; --r) EncodeStep(true, enc[st[r * 32 + lane]], lt, words_end, x, emitted);
+    } else {
+      for (uint32_t r = r1; r-- > r0;) EncodeStep(true, enc[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+    }
   }
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t raw = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
@@ -736,7 +771,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_chunk_bytes_ = max_chunk_bytes;
   e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  e->max_elems_ = (max_chunk_bytes + 63) & ~uint64_t{63};  // >= elements of any dtype
+  e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kTile;  // >= elements of any dtype, whole tiles
   const uint64_t bytes = 64 * 16 + n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                                         2 * kMaxGroupedChannels + 256 * 4 + 2 * 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch)) + n * e->max_elems_;

@@ -5,7 +5,7 @@
 // rotated over >= 256 MiB so L2 does not flatter small sizes) next to a
 // device-to-device copy of the same bytes measured the same way.
 //
-//   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick]
+//   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M]
 //
 // DIR holds tools/kv_capture.py's files (default ~/.cache/kvferry/kv). Real KV
 // is repeated to fill each call; without it the bench warns and uses synthetic
@@ -73,16 +73,24 @@ int Run(int argc, char** argv) {
   std::string dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvferry/kv";
   int reps = 21;
   bool quick = false;
+  std::string only_dtype, only_call, only_mode;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--kv_dir=", 0) == 0) {
       dir = a.substr(9);
     } else if (a.rfind("--reps=", 0) == 0) {
       reps = std::max(1, std::atoi(a.c_str() + 7));
+    } else if (a.rfind("--dtype=", 0) == 0) {
+      only_dtype = a.substr(8);
+    } else if (a.rfind("--call=", 0) == 0) {
+      only_call = a.substr(7);
+    } else if (a.rfind("--mode=", 0) == 0) {
+      only_mode = a.substr(7);
     } else if (a == "--quick") {
       quick = true;
     } else {
-      std::fprintf(stderr, "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick]\n");
+      std::fprintf(stderr, "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp32]\n"
+                           "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware]\n");
       return 2;
     }
   }
@@ -126,19 +134,22 @@ int Run(int argc, char** argv) {
     sources.push_back(std::move(s));
   }
 
-  std::vector<Shape> shapes = {{"1 MiB", 1 << 20, 1},
-                               {"4 MiB", 4 << 20, 1},
-                               {"16x4 MiB", 4 << 20, 16},
-                               {"64 MiB", 64 << 20, 1},
-                               {"256 MiB", 256 << 20, 1}};
-  if (quick) shapes = {{"4 MiB", 4 << 20, 1}, {"64 MiB", 64 << 20, 1}};
+  std::vector<Shape> shapes = {{"1M", 1 << 20, 1},
+                               {"4M", 4 << 20, 1},
+                               {"16x4M", 4 << 20, 16},
+                               {"64M", 64 << 20, 1},
+                               {"256M", 256 << 20, 1}};
+  if (quick) shapes = {{"4M", 4 << 20, 1}, {"64M", 64 << 20, 1}};
   std::printf("\n%-20s %-9s %-8s %7s %9s %10s %10s %10s %10s %9s %s\n", "data", "call", "mode", "ratio", "vs bound",
               "enc GB/s", "dec GB/s", "enc us", "dec us", "copy GB/s", "check");
   int failures = 0;
   for (const Source& src : sources) {
+    if (!only_dtype.empty() && src.name.rfind(only_dtype, 0) != 0) continue;
     for (const Shape& sh : shapes) {
       if (src.dtype != DType::kBF16 && sh.chunk_bytes < (4u << 20)) continue;  // small sizes: bf16 only
+      if (!only_call.empty() && only_call != sh.name) continue;
       for (bool kv : {false, true}) {
+        if (!only_mode.empty() && only_mode != (kv ? "kv-aware" : "order-0")) continue;
         const size_t call_bytes = sh.chunk_bytes * sh.chunks;
         const int sets = static_cast<int>(std::max<size_t>(2, ((256u << 20) + call_bytes - 1) / call_bytes));
         // Chunk k of a call takes period offset k * chunk_bytes, so chunks differ.
