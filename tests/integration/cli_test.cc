@@ -141,9 +141,22 @@ TEST(Cli, CodecRoundTripsFilesAndRejectsBadInput) {
   // Bad input: clear errors, non-zero exits, no output file left behind.
   EXPECT_EQ(Cli({"codec", "compress", in, z, "--dtype=bf17"}).code, 1);
   EXPECT_EQ(Cli({"codec", "compress", in, z, "--dtype=fp32", "--kv_layout=1,2"}).code, 1);
-  CliRun cuda = Cli({"codec", "compress", in, z, "--device=cuda"});
-  EXPECT_EQ(cuda.code, 1);
-  EXPECT_NE(cuda.output.find("not built yet"), std::string::npos) << cuda.output;
+  CliRun tpu = Cli({"codec", "compress", in, z, "--device=tpu"});
+  EXPECT_EQ(tpu.code, 1);
+  EXPECT_NE(tpu.output.find("cpu or cuda"), std::string::npos) << tpu.output;
+  // --device=cuda: on a GPU host the chunk equals the CPU's; elsewhere a clear error.
+  const std::string zg = dir + "/gpu.kvz";
+  CliRun cuda = Cli({"codec", "compress", in, zg, "--device=cuda"});
+  if (cuda.code == 0) {
+    std::ifstream a(z, std::ios::binary), b(zg, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+  } else {
+    EXPECT_EQ(cuda.code, 1);
+    EXPECT_TRUE(cuda.output.find("no CUDA device") != std::string::npos ||
+                cuda.output.find("without CUDA") != std::string::npos)
+        << cuda.output;
+    EXPECT_FALSE(std::ifstream(zg).good());
+  }
   // Truncated and corrupted chunks.
   std::ifstream zf(z, std::ios::binary);
   std::string chunk((std::istreambuf_iterator<char>(zf)), std::istreambuf_iterator<char>());
