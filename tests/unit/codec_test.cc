@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/codec_plan.h"
 #include "tests/util/kv_like.h"
 
 namespace kvferry::codec {
@@ -38,6 +39,40 @@ std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
 }
 
 const DType kAll[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+
+// The integer planning shared with the CUDA encoder: a fixed-point log2 close
+// to the real one and monotonic, and group arithmetic whose 16-group form
+// gives every smaller group count by a shift.
+TEST(CodecPlan, Log2Q16IsMonotonicAndWithinOneUlp) {
+  uint32_t prev = 0;
+  for (uint32_t f = 1; f <= 4096; ++f) {
+    const uint32_t q = plan::Log2Q16(f);
+    const double exact = std::log2(static_cast<double>(f)) * 65536.0;
+    EXPECT_LE(std::fabs(q - exact), 1.0) << f;
+    if (f > 1) EXPECT_GT(q, prev) << f;
+    prev = q;
+  }
+  EXPECT_EQ(plan::Log2Q16(1), 0u);
+  EXPECT_EQ(plan::Log2Q16(4096), 12u << 16);
+}
+
+TEST(CodecPlan, SixteenGroupsShiftToFewerGroups) {
+  for (uint64_t channels : {2u, 3u, 5u, 16u, 17u, 192u, 1000u, 8192u}) {
+    for (uint64_t rank = 0; rank < channels; ++rank) {
+      const uint32_t g16 = plan::Group16(rank, channels);
+      EXPECT_LT(g16, 16u);
+      for (uint32_t groups : {2u, 4u, 8u}) {
+        const uint32_t shift = groups == 2 ? 3 : groups == 4 ? 2 : 1;
+        EXPECT_EQ(g16 >> shift, rank * groups / channels) << channels << " " << rank << " " << groups;
+      }
+    }
+  }
+  // Keys order by mean exponent, then by channel.
+  EXPECT_LT(plan::ChannelKey(10, 4, 7), plan::ChannelKey(11, 4, 0));
+  EXPECT_LT(plan::ChannelKey(10, 4, 0), plan::ChannelKey(10, 4, 1));
+  EXPECT_EQ(plan::ChannelCount(10, 4, 1), 3u);
+  EXPECT_EQ(plan::ChannelCount(10, 4, 2), 2u);
+}
 
 TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
   for (DType d : kAll) {
