@@ -35,15 +35,6 @@ struct Workspace {
   uint64_t max_elems;
 };
 
-__device__ bool DTypeInfo(uint32_t d, uint32_t* bytes, uint32_t* e, uint32_t* w) {
-  ElemInfo info;
-  if (!GetElemInfo(d, &info)) return false;
-  *bytes = info.bytes;
-  *e = info.exp_bits;
-  *w = info.raw_bits;
-  return true;
-}
-
 // One block per chunk: checks the header and sections, builds the decode
 // tables, and lays out the tiles.
 __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
@@ -63,12 +54,16 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         err = kBadHeader;
         break;
       }
-      if (!DTypeInfo(in[5], &s.elem_bytes, &s.exp_bits, &s.raw_bits)) {
+      ElemInfo e;
+      if (!GetElemInfo(in[5], &e)) {
         err = kBadHeader;
         break;
       }
-      s.opaque = in[5] == 6;
-      s.mant_bits = s.raw_bits == 0 ? 0 : s.raw_bits - 1;
+      s.elem_bytes = e.bytes;
+      s.exp_bits = e.exp_bits;
+      s.raw_bits = e.raw_bits;
+      s.mant_bits = e.mant_bits;
+      s.opaque = e.opaque;
       s.flags = Ld16(in + 6);
       if ((s.flags & ~3u) || Ld16(in + 30) != 0 || Ld32(in + 36) != 0) {
         err = kBadHeader;
@@ -432,11 +427,7 @@ __global__ void __launch_bounds__(256) MergeKernel(const DeviceChunk* chunks, co
       D += w;
     }
   }
-  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(0xffffffffu, D, 1);
-  uint64_t lanes[kLanes];
-  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
-  for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(0xffffffffu, acc, base + l);
-  if (active && lane == 0) atomicAdd(&ws.sum[c], static_cast<unsigned long long>(MergeLanes(lanes, m)));
+  kvferry::cuda::Kvsum64AddBlockLanes(S, D, m, block, lane, active, &ws.sum[c]);
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {

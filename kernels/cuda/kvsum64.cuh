@@ -8,6 +8,21 @@
 
 namespace kvferry::cuda {
 
+// Finishes checksum block `block` (m bytes) from each lane's sums S (keyed
+// products) and D (words), and adds its digest to *sum. Called by the 8
+// consecutive threads that own the block, all of them (the shuffles need the
+// whole warp converged).
+__device__ __forceinline__ void Kvsum64AddBlockLanes(uint64_t S, uint64_t D, uint64_t m, uint64_t block, int lane,
+                                                     bool active, unsigned long long* sum) {
+  using namespace kvferry::checksum;  // NOLINT
+  const unsigned mask = 0xffffffffu;
+  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(mask, D, 1);
+  uint64_t lanes[kLanes];
+  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
+  for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(mask, acc, base + l);
+  if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));
+}
+
 // Adds the digest of checksum block `block` of bytes [0, n) to *sum. Called by
 // 8 consecutive threads (lanes 0..7 of a group, aligned within the warp), all
 // of which must call it (the shuffles need the whole warp converged).
@@ -36,12 +51,7 @@ __device__ __forceinline__ void Kvsum64AddBlockDigestFrom(const Src& src, uint64
       D += t;
     }
   }
-  const unsigned mask = 0xffffffffu;
-  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(mask, D, 1);
-  uint64_t lanes[kLanes];
-  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
-  for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(mask, acc, base + l);
-  if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));
+  Kvsum64AddBlockLanes(S, D, m, block, lane, active, sum);
 }
 
 // One contiguous buffer, any alignment.
