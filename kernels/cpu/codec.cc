@@ -810,6 +810,7 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
     }
   }
   if (build_tables) p.tables.resize(p.info.tables);
+  std::vector<bool> empty(p.info.tables);
   for (uint32_t t = 0; t < p.info.tables; ++t) {
     const uint8_t* h = take(4);
     if (h == nullptr) return Corrupt("truncated table");
@@ -817,6 +818,9 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
     if (lo + count > (1u << E)) return Corrupt("table range");
     const uint8_t* f = take(2ull * count);
     if (f == nullptr) return Corrupt("truncated table");
+    uint32_t any = 0;
+    for (uint32_t k = 0; k < count; ++k) any |= Get<uint16_t>(f + 2 * k);
+    empty[t] = any == 0;
     if (!build_tables) continue;
     DecodeTable& dt = p.tables[t];
     std::memset(dt.freq, 0, sizeof(dt.freq));
@@ -836,6 +840,16 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
       const uint32_t sy = dt.slot_sym[slot];
       dt.packed[slot] = sy | ((dt.freq[sy] - 1) & 0xfff) << 8 | ((slot - dt.cum[sy]) & 0xfff) << 20;
     }
+  }
+  // Every element's table must be non-empty (an encoder builds each table
+  // from the symbols of its channels).
+  if (p.info.channel_groups) {
+    const uint64_t used = std::min<uint64_t>(p.info.layout.channels(), p.info.elements);
+    for (uint64_t k = 0; k < used; ++k) {
+      if (empty[p.channel_map[k]]) return Corrupt("a channel in use maps to an empty table");
+    }
+  } else if (empty[0]) {
+    return Corrupt("empty table");
   }
   const uint8_t* d = take(4ull * p.info.tiles);
   if (d == nullptr) return Corrupt("truncated tile directory");

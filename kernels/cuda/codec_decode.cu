@@ -11,11 +11,9 @@
 namespace kvferry::codec::cuda {
 namespace {
 
-struct DevTable {
-  uint16_t freq[256];
-  uint16_t cum[256];
-  uint8_t slot_sym[kM];
-};
+// Decode table entry per slot: symbol | (freq - 1) << 8 | (slot - cum) << 20.
+// One shared-memory load gives everything a rANS step needs.
+using SlotTable = uint32_t[kM];
 
 struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
@@ -27,12 +25,10 @@ struct ChunkState {
 
 struct Workspace {
   ChunkState* state;
-  DevTable* tables;         // [max_chunks][kMaxTables]
+  SlotTable* tables;        // [max_chunks][kMaxTables]
   uint64_t* tile_off;       // [max_chunks][max_tiles]: byte offset of each tile
   uint32_t* tile_entry;     // [max_chunks][max_tiles]: directory entries
   unsigned long long* sum;  // [max_chunks]
-  uint8_t* sym;             // [max_chunks][max_elems] decoded exponent symbols
-  uint64_t max_elems;
 };
 
 // One block per chunk: checks the header and sections, builds the decode
@@ -154,28 +150,17 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
   }
   // Tile offsets: a block-wide exclusive scan of the directory's sizes.
   {
-    __shared__ uint64_t part[256];
     const uint32_t per = (s.tiles + blockDim.x - 1) / blockDim.x;
     const uint32_t t0 = min(s.tiles, threadIdx.x * per), t1 = min(s.tiles, t0 + per);
-    uint64_t sum = 0;
+    uint64_t mine = 0;
     for (uint32_t t = t0; t < t1; ++t) {
       const uint32_t size = Ld32(ch.data + dir_off + 4ull * t) & ~kTileRaw;
       if (size % 4 != 0) err = kBadSection;
-      sum += size;
+      mine += size;
     }
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint64_t acc = 0;
-      for (uint32_t k = 0; k < blockDim.x; ++k) {
-        const uint64_t v = part[k];
-        part[k] = acc;
-        acc += v;
-      }
-      if (tiles_start + acc != ch.bytes) err = kBadSection;  // tiles end exactly at the chunk's end
-    }
-    __syncthreads();
-    uint64_t off = tiles_start + part[threadIdx.x];
+    uint64_t total = 0;
+    uint64_t off = tiles_start + BlockExclusiveScan(mine, &total);
+    if (threadIdx.x == 0 && tiles_start + total != ch.bytes) err = kBadSection;  // tiles end at the chunk's end
     for (uint32_t t = t0; t < t1; ++t) {
       const uint32_t e = Ld32(ch.data + dir_off + 4ull * t);
       ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t] = e;
@@ -188,16 +173,9 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       return;
     }
   }
-  // Channel map entries must name existing tables.
+  // Frequencies into shared memory; a warp per table turns them into
+  // cumulative sums (8 symbols a lane, then a warp scan).
   const uint8_t* in = ch.data;
-  if (s.flags & kGroups) {
-    for (uint64_t k = threadIdx.x; k < s.channels; k += blockDim.x) {
-      if (in[s.map_off + k] >= s.tables) err = kBadSection;
-    }
-  }
-  // Decode tables. Frequencies and cumulative sums go through shared memory
-  // (one thread per table sums 256 entries); then every thread fills slots,
-  // finding each slot's symbol by binary search over the cumulative sums.
   __shared__ uint16_t sfreq[kMaxTables][256];
   __shared__ uint16_t scum[kMaxTables][257];
   for (uint32_t k = threadIdx.x; k < s.tables * 256; k += blockDim.x) {
@@ -207,227 +185,352 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
                         : 0;
   }
   __syncthreads();
-  for (uint32_t t = threadIdx.x; t < s.tables; t += blockDim.x) {
-    uint32_t cum = 0;
-    for (uint32_t sym = 0; sym < 256; ++sym) {
-      scum[t][sym] = static_cast<uint16_t>(min(cum, kM));
-      cum += sfreq[t][sym];
+  const uint32_t lane = threadIdx.x % 32;
+  for (uint32_t t = threadIdx.x / 32; t < s.tables; t += blockDim.x / 32) {
+    uint32_t mine = 0;
+    for (uint32_t k = 0; k < 8; ++k) mine += sfreq[t][8 * lane + k];
+    uint32_t incl = mine;
+    for (int o = 1; o < 32; o *= 2) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
     }
-    scum[t][256] = static_cast<uint16_t>(min(cum, kM));
-    if (cum != kM && cum != 0) err = kBadSection;
+    uint32_t cum = incl - mine;
+    for (uint32_t k = 0; k < 8; ++k) {
+      scum[t][8 * lane + k] = static_cast<uint16_t>(min(cum, kM));
+      cum += sfreq[t][8 * lane + k];
+    }
+    const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+    if (lane == 0) {
+      scum[t][256] = static_cast<uint16_t>(min(total, kM));
+      if (total != kM && total != 0) err = kBadSection;
+    }
+  }
+  __syncthreads();
+  // Every element's channel must map to an existing, non-empty table (an
+  // empty table decodes nothing; its slots are never looked up).
+  if (s.flags & kGroups) {
+    const uint64_t used = min(s.channels, s.n);
+    for (uint64_t k = threadIdx.x; k < s.channels; k += blockDim.x) {
+      const uint32_t t = in[s.map_off + k];
+      if (t >= s.tables || (k < used && scum[t][256] == 0)) err = kBadSection;
+    }
+  } else if (threadIdx.x == 0 && scum[0][256] == 0) {
+    err = kBadSection;
   }
   __syncthreads();
   if (err != kOk) {
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  for (uint32_t k = threadIdx.x; k < s.tables * 256; k += blockDim.x) {
-    const uint32_t t = k / 256, sym = k % 256;
-    DevTable& dt = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t];
-    dt.freq[sym] = sfreq[t][sym];
-    dt.cum[sym] = scum[t][sym];
-  }
-  for (uint32_t k = threadIdx.x; k < s.tables * kM; k += blockDim.x) {
-    const uint32_t t = k / kM, slot = k % kM;
-    // Largest symbol whose cumulative frequency is <= slot (skipping empty symbols).
+  // Slot tables: 16 consecutive slots a thread; the first slot's symbol by
+  // binary search (the largest non-empty symbol whose cum is <= slot), then a
+  // walk forward.
+  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 16); k += blockDim.x) {
+    const uint32_t t = k / (kM / 16), slot0 = k % (kM / 16) * 16;
+    if (scum[t][256] == 0) continue;
     uint32_t lo = 0, hi = 255;
     while (lo < hi) {
       const uint32_t mid = (lo + hi + 1) / 2;
-      if (scum[t][mid] <= slot) {
+      if (scum[t][mid] <= slot0) {
         lo = mid;
       } else {
         hi = mid - 1;
       }
     }
-    ws.tables[static_cast<uint64_t>(c) * kMaxTables + t].slot_sym[slot] = static_cast<uint8_t>(lo);
+    uint32_t* dst = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t] + slot0;
+    uint32_t sym = lo;
+    for (uint32_t slot = slot0; slot < slot0 + 16; ++slot) {
+      while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
+      dst[slot - slot0] = sym | (static_cast<uint32_t>(sfreq[t][sym]) - 1) << 8 | (slot - scum[t][sym]) << 20;
+    }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) status[c] = err;
+  if (threadIdx.x == 0) status[c] = kOk;
 }
 
 constexpr int kWarpsPerBlock = 8;
-constexpr uint32_t kSharedMap = 16384;  // channel maps up to this size live in shared memory
+constexpr uint32_t kSeg = 512;  // symbols a warp decodes before writing them out (16 rounds)
 
-struct SharedTable {
-  uint8_t slot_sym[kM];
-  uint32_t freq_cum[256];  // freq | cum << 16
+constexpr uint32_t kRingChunk = 64;             // words a lane group fetches at once (4 bytes a lane)
+constexpr uint32_t kRingChunks = 8;             // chunks resident per warp: 2 being read, 6 in flight
+constexpr uint32_t kRing = kRingChunk * kRingChunks;
+
+struct DecodeShared {
+  uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys
+  SlotTable table;                         // a single-table chunk's slot table
+  alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
+  alignas(16) uint16_t ring[kWarpsPerBlock][kRing];  // each warp's window on its tile's word stream
 };
-constexpr size_t kDecodeShared = kMaxTables * sizeof(SharedTable) + kSharedMap;
 
-// Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
-// blockIdx.y = chunk): decodes the tile's exponent symbols into the
-// workspace's symbol plane (MergeKernel joins them with the raw plane). The
-// chunk's tables and channel map live in (dynamic) shared memory; the word
-// stream is read 96 words ahead and handed out by shuffles; decoded symbols
-// are staged in shared memory and stored 16 bytes per lane.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
-  extern __shared__ uint8_t smem[];
-  SharedTable* shared = reinterpret_cast<SharedTable*>(smem);
-  uint8_t* smap = smem + kMaxTables * sizeof(SharedTable);
-  __shared__ uint4 stage[kWarpsPerBlock][32];
-  const int c = blockIdx.y;
-  const ChunkState s = ws.state[c];
-  if (status[c] != kOk || (s.flags & kStored)) return;  // uniform for the block
-  if (blockIdx.x * kWarpsPerBlock >= s.tiles) return;
-  const DeviceChunk ch = chunks[c];
-  const DevTable* gtables = ws.tables + static_cast<uint64_t>(c) * kMaxTables;
-  for (uint32_t t = 0; t < s.tables; ++t) {
-    for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
-      reinterpret_cast<uint32_t*>(shared[t].slot_sym)[k] = reinterpret_cast<const uint32_t*>(gtables[t].slot_sym)[k];
+// Asynchronous global -> shared copies (sm_80+): a lane copies 4 bytes, or
+// writes 4 zero bytes when !valid; no register waits on them.
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Per-thread kvsum64 state of a warp writing words lane + 32 i of a 4 KiB
+// block: every word a thread writes belongs to checksum lane (lane % 8).
+struct WarpSum64 {
+  uint64_t S = 0, D = 0;
+
+  __device__ __forceinline__ void Add(uint64_t w, uint64_t key) {
+    S += checksum::Product(w, key);
+    D += w;
+  }
+  // The whole warp: adds block `block` (m bytes) to *sum and starts over.
+  __device__ __forceinline__ void Flush(uint64_t block, uint64_t m, unsigned long long* sum) {
+    for (int o = 8; o < 32; o *= 2) {
+      S += __shfl_xor_sync(0xffffffffu, S, o);
+      D += __shfl_xor_sync(0xffffffffu, D, o);
     }
-    for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) {
-      shared[t].freq_cum[k] = gtables[t].freq[k] | (static_cast<uint32_t>(gtables[t].cum[k]) << 16);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    kvferry::cuda::Kvsum64AddBlockLanes(S, D, m, block, lane % 8, lane < 8, sum);
+    S = D = 0;
+  }
+};
+
+// Writes word `off` (byte offset into the output, a multiple of 8) holding
+// bytes [off, end), and adds it to the checksum state.
+__device__ __forceinline__ void EmitWord(const ChunkState& s, uint64_t off, uint64_t w, const uint64_t* key,
+                                         WarpSum64* sum) {
+  const uint32_t j = static_cast<uint32_t>(off % checksum::kBlockBytes / 8);
+  uint8_t* dst = s.out.At(off);
+  if (off + 8 <= s.orig_bytes) {
+    *reinterpret_cast<uint64_t*>(dst) = w;  // 8-aligned: blocks are 16-aligned multiples of 64
+  } else {
+    const uint32_t len = static_cast<uint32_t>(s.orig_bytes - off);
+    for (uint32_t k = 0; k < len; ++k) dst[k] = static_cast<uint8_t>(w >> (8 * k));
+    w = (w & ((1ull << (8 * len)) - 1)) ^ (static_cast<uint64_t>(len) << 56);  // the chunk's tail word
+  }
+  sum->Add(w, key[j]);
+}
+
+// A warp joins the kSeg staged symbols of elements [e0, e0 + kSeg) with the
+// raw plane into output words lane + 32 i and checksums them; at the end of a
+// 4 KiB output block (or of the chunk) it adds the block's digest.
+__device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* in, uint64_t e0, const uint8_t* st,
+                                            const uint32_t* raw4, const uint64_t* key, WarpSum64* sum,
+                                            unsigned long long* gsum) {
+  const uint32_t lane = threadIdx.x % 32, eb = s.elem_bytes;
+  const uint64_t b0 = e0 * eb, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * eb);
+  const uint8_t* raw = in + s.raw_off;
+  if (eb == 2 && s.raw_bits == 8) {  // bf16: a word is 4 symbols and 4 raw bytes
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t wi = lane + 32 * i;
+      const uint64_t off = b0 + 8ull * wi;
+      if (off >= b1) break;
+      const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + 4 * wi);
+      const uint32_t r = raw4[i];
+      uint64_t w = 0;
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t rk = (r >> (8 * k)) & 0xff, sk = (sy >> (8 * k)) & 0xff;
+        w |= static_cast<uint64_t>((rk >> 7) << 15 | sk << 7 | (rk & 0x7f)) << (16 * k);
+      }
+      EmitWord(s, off, w, key, sum);
+    }
+  } else {
+    const uint32_t exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
+    for (uint64_t off = b0 + 8ull * lane; off < b1; off += 256) {
+      uint64_t w = 0;
+      for (uint32_t k = 0; k < 8 && off + k < b1; k += eb) {
+        const uint64_t e = (off + k) / eb;
+        const uint32_t sy = st[e - e0];
+        uint32_t v = sy;
+        if (!s.opaque) {
+          const uint32_t r = s.raw_bits == 8 ? raw[e] : Unpack(raw, e, s.raw_bits);
+          v = ((r >> s.mant_bits) << exp_shift) | (sy << s.mant_bits) | (r & mant_mask);
+        }
+        w |= static_cast<uint64_t>(v) << (8 * k);
+      }
+      EmitWord(s, off, w, key, sum);
     }
   }
-  const bool groups = s.flags & kGroups;
-  const bool map_shared = groups && s.channels <= kSharedMap;
-  if (map_shared) {
-    for (uint32_t k = threadIdx.x; k < s.channels; k += blockDim.x) smap[k] = ch.data[s.map_off + k];
+  if (b1 % checksum::kBlockBytes == 0 || b1 == s.orig_bytes) {
+    const uint64_t block = (b1 - 1) / checksum::kBlockBytes;
+    sum->Flush(block, b1 - block * checksum::kBlockBytes, gsum);
+  }
+}
+
+// Loads the bf16 raw bytes of words lane + 32 i of the segment at e0.
+__device__ __forceinline__ void LoadRaw4(const ChunkState& s, const uint8_t* in, uint64_t e0, bool aligned,
+                                         uint32_t* raw4) {
+  if (!(s.elem_bytes == 2 && s.raw_bits == 8)) return;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint8_t* raw = in + s.raw_off;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const uint64_t e = e0 + 4 * (lane + 32 * i);
+    if (e + 4 <= s.n && aligned) {
+      raw4[i] = *reinterpret_cast<const uint32_t*>(raw + e);
+    } else {
+      uint32_t r = 0;
+      for (uint32_t k = 0; k < 4 && e + k < s.n; ++k) r |= static_cast<uint32_t>(raw[e + k]) << (8 * k);
+      raw4[i] = r;
+    }
+  }
+}
+
+// One warp, one coded tile: 32 rANS lanes. The tile's word stream flows
+// through a shared-memory ring of kRingChunks chunks of 64 words, fetched by
+// cp.async 6 chunks ahead of the reads (no register waits on the loads); a
+// lane that renormalises reads its word from the ring. Every 16 rounds the
+// staged symbols are joined with the raw plane and written out (EmitSegment).
+template <typename TableAt>
+__device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
+                                                uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
+                                                uint8_t* st, uint16_t* ring, const uint64_t* key, bool raw_aligned,
+                                                unsigned long long* gsum) {
+  const uint32_t lane = threadIdx.x % 32;
+  bool bad = size < 128;
+  uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
+  bad |= x < kL;
+  const uint8_t* stream = tile + 128;  // 4-byte aligned: tiles are
+  const uint32_t nbytes = bad ? 0 : size - 128;
+  const uint32_t nwords = nbytes / 2;
+  auto fetch = [&](uint32_t chunk) {  // chunk -> ring slot chunk % kRingChunks
+    const uint32_t b = chunk * kRingChunk * 2 + 4 * lane;
+    const bool valid = b + 4 <= nbytes;
+    CpAsync4(ring + (chunk % kRingChunks) * kRingChunk + 2 * lane, valid ? stream + b : stream, valid);
+    CpAsyncCommit();
+  };
+  for (uint32_t k = 0; k < kRingChunks; ++k) fetch(k);
+  CpAsyncWait<kRingChunks - 2>();
+  __syncwarp();
+  uint32_t head = 0;  // the oldest resident chunk; chunks head, head + 1 are complete
+  uint32_t wpos = 0;
+  const uint32_t groups = s.flags & kGroups;
+  uint32_t ch_idx = groups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
+  const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
+  const uint32_t C = static_cast<uint32_t>(s.channels);
+  const uint8_t* map = in + s.map_off;
+  const unsigned lt = (1u << lane) - 1;
+  WarpSum64 sum;
+  for (uint32_t seg = 0; seg * kSeg < n; ++seg) {
+    uint32_t raw4[4];
+    LoadRaw4(s, in, begin + seg * kSeg, raw_aligned, raw4);
+    const uint32_t rounds = min(16u, (n - seg * kSeg + 31) / 32);
+#pragma unroll 2
+    for (uint32_t r = 0; r < rounds; ++r) {
+      const bool active = seg * kSeg + r * 32 + lane < n;
+      const uint32_t e = table_at(groups ? map[ch_idx] : 0u, x & (kM - 1));
+      const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
+      const bool need = active && y < kL;
+      const unsigned mask = __ballot_sync(0xffffffffu, need);
+      const uint32_t word = ring[(wpos + __popc(mask & lt)) % kRing];  // every lane reads: no divergence
+      x = need ? (y << 16) | word : (active ? y : x);
+      wpos += __popc(mask);  // < 32 a round: a round reads within chunks head, head + 1
+      if (wpos / kRingChunk != head) {  // chunk head consumed: refill its slot with chunk head + 8
+        __syncwarp();
+        fetch(head + kRingChunks);
+        ++head;
+        CpAsyncWait<kRingChunks - 2>();
+        __syncwarp();
+      }
+      st[r * 32 + lane] = static_cast<uint8_t>(e);
+      if (groups) {
+        ch_idx += ch_step;
+        if (ch_idx >= C) ch_idx -= C;
+      }
+    }
+    __syncwarp();
+    EmitSegment(s, in, begin + seg * kSeg, st, raw4, key, &sum, gsum);
+    __syncwarp();
+  }
+  CpAsyncWait<0>();
+  bad |= wpos > nwords;
+  bad |= x != kL;
+  bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
+  return __any_sync(0xffffffffu, bad);
+}
+
+// Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
+// blockIdx.y = chunk). A tile decodes straight into the output, checksummed
+// on the way (FinishKernel compares the sum). A single-table chunk keeps its
+// slot table in shared memory; grouped chunks read theirs through L1.
+// STORED chunks are copied (and checksummed) 16 KiB a warp.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
+    DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  extern __shared__ uint8_t smem_raw[];
+  DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem_raw);
+  const int c = blockIdx.y;
+  if (status[c] != kOk) return;  // uniform for the block
+  const ChunkState s = ws.state[c];
+  if (blockIdx.x * kWarpsPerBlock >= s.tiles) return;
+  const DeviceChunk ch = chunks[c];
+  const uint32_t* gtables = ws.tables[static_cast<uint64_t>(c) * kMaxTables];
+  const bool one_table = !(s.flags & kStored) && s.tables == 1;
+  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
+  if (one_table) {
+    for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
+      reinterpret_cast<uint4*>(sh.table)[k] = reinterpret_cast<const uint4*>(gtables)[k];
+    }
   }
   __syncthreads();
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint32_t t = blockIdx.x * kWarpsPerBlock + warp;
   if (t >= s.tiles) return;
+  const uint8_t* in = ch.data;
+  unsigned long long* gsum = &ws.sum[c];
+  if (s.flags & kStored) {  // bytes [t * kTile, ...) of the payload, 4 KiB blocks
+    const uint64_t b0 = static_cast<uint64_t>(t) * kTile, b1 = min(s.orig_bytes, b0 + kTile);
+    const uint8_t* src = in + kHeader;
+    const bool aligned = reinterpret_cast<uintptr_t>(src) % 8 == 0;
+    WarpSum64 sum;
+    for (uint64_t blk = b0; blk < b1; blk += checksum::kBlockBytes) {
+      const uint64_t end = min(b1, blk + checksum::kBlockBytes);
+      for (uint64_t off = blk + 8ull * lane; off < end; off += 256) {
+        uint64_t w = 0;
+        if (aligned && off + 8 <= end) {
+          w = *reinterpret_cast<const uint64_t*>(src + off);
+        } else {
+          for (uint32_t k = 0; k < 8 && off + k < end; ++k) w |= static_cast<uint64_t>(src[off + k]) << (8 * k);
+        }
+        EmitWord(s, off, w, sh.key, &sum);
+      }
+      sum.Flush(blk / checksum::kBlockBytes, end - blk, gsum);
+    }
+    return;
+  }
   const uint64_t begin = static_cast<uint64_t>(t) * kTile;
   const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), s.n - begin));
   const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
   const uint32_t size = entry & ~kTileRaw;
-  const uint8_t* tile = ch.data + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
-  const uint8_t* map = ch.data + s.map_off;
-  uint8_t* sym_out = ws.sym + c * ws.max_elems + begin;
+  const uint8_t* tile = in + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
+  uint8_t* st = sh.stage[warp];
+  const bool raw_aligned = reinterpret_cast<uintptr_t>(in + s.raw_off) % 4 == 0;
+  bool bad = false;
   if (entry & kTileRaw) {
     if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) {
-      if (lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
-      return;
-    }
-    for (uint32_t j = lane; j < n; j += 32) sym_out[j] = static_cast<uint8_t>(Unpack(tile, j, s.exp_bits));
-    return;
-  }
-  bool bad = size < 128;
-  uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
-  bad |= x < kL;
-  const uint16_t* words = reinterpret_cast<const uint16_t*>(tile + 128);  // tiles are 4-byte aligned
-  const uint32_t nwords = bad ? 0 : (size - 128) / 2;
-  auto load = [&](uint32_t k) -> uint32_t { return k < nwords ? words[k] : 0u; };
-  uint32_t base = 0;  // stream position of buf0's word 0
-  uint32_t buf0 = load(lane), buf1 = load(32 + lane), buf2 = load(64 + lane);
-  uint32_t wpos = 0;
-  const uint32_t rounds = (n + 31) / 32;
-  uint32_t ch_idx = groups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
-  const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
-  const uint32_t C = static_cast<uint32_t>(s.channels);
-  const unsigned lt = (1u << lane) - 1;
-  uint8_t* st = reinterpret_cast<uint8_t*>(stage[warp]);
-  for (uint32_t r = 0; r < rounds; ++r) {
-    const bool active = r * 32 + lane < n;
-    const uint32_t tb = groups ? (map_shared ? smap[ch_idx] : map[ch_idx]) : 0;
-    const uint32_t slot = x & (kM - 1);
-    const uint32_t sym = shared[tb].slot_sym[slot];
-    const uint32_t fc = shared[tb].freq_cum[sym];
-    const uint32_t f = fc & 0xffff;
-    bad |= active && f == 0;
-    const uint32_t y = f * (x >> kProbBits) + slot - (fc >> 16);
-    const bool need = active && y < kL;
-    const unsigned mask = __ballot_sync(0xffffffffu, need);
-    const uint32_t before = __popc(mask & lt);
-    const uint32_t off = wpos - base + before;  // 0..63
-    const uint32_t w0 = __shfl_sync(0xffffffffu, buf0, off & 31);
-    const uint32_t w1 = __shfl_sync(0xffffffffu, buf1, off & 31);
-    bad |= need && wpos + before >= nwords;
-    if (active) x = need ? (y << 16) | (off < 32 ? w0 : w1) : y;
-    wpos += __popc(mask);
-    if (wpos - base >= 32) {  // slide the window by 32 words
-      base += 32;
-      buf0 = buf1;
-      buf1 = buf2;
-      buf2 = load(base + 64 + lane);
-    }
-    st[(r % 16) * 32 + lane] = static_cast<uint8_t>(sym);
-    if (r % 16 == 15 || r + 1 == rounds) {  // 16 rounds staged: 512 symbols, 16 bytes a lane
-      __syncwarp();
-      const uint32_t seg = r / 16 * 512;
-      if (seg + 16 * lane < n) {
-        if (seg + 16 * lane + 16 <= n) {
-          reinterpret_cast<uint4*>(sym_out + seg)[lane] = stage[warp][lane];
-        } else {
-          for (uint32_t k = 0; seg + 16 * lane + k < n; ++k) sym_out[seg + 16 * lane + k] = st[16 * lane + k];
+      bad = true;
+    } else {
+      WarpSum64 sum;
+      for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
+        uint32_t raw4[4];
+        LoadRaw4(s, in, begin + e0, raw_aligned, raw4);
+        for (uint32_t k = lane; k < kSeg && e0 + k < n; k += 32) {
+          st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, s.exp_bits));
         }
+        __syncwarp();
+        EmitSegment(s, in, begin + e0, st, raw4, sh.key, &sum, gsum);
+        __syncwarp();
       }
-      __syncwarp();
     }
-    if (groups) {
-      ch_idx += ch_step;
-      if (ch_idx >= C) ch_idx -= C;
-    }
+  } else if (one_table) {
+    const uint32_t* table = sh.table;
+    bad = DecodeCodedTile(
+        s, in, tile, size, begin, n, [table](uint32_t, uint32_t slot) { return table[slot]; }, st, sh.ring[warp],
+        sh.key, raw_aligned, gsum);
+  } else {
+    bad = DecodeCodedTile(
+        s, in, tile, size, begin, n,
+        [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); }, st, sh.ring[warp],
+        sh.key, raw_aligned, gsum);
   }
-  bad |= x != kL;
-  bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
-  if (__any_sync(0xffffffffu, bad) && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
-}
-
-// Joins symbols and raw plane into the output (or copies a STORED chunk's
-// bytes) and adds the kvsum64 of what it wrote: 8 consecutive threads own one
-// 4 KiB checksum block, thread l the 8-byte words l, l + 8, ...
-__global__ void __launch_bounds__(256) MergeKernel(const DeviceChunk* chunks, const int32_t* status, Workspace ws) {
-  using namespace kvferry::checksum;  // NOLINT
-  const int c = blockIdx.y;
-  if (status[c] != kOk) return;
-  const ChunkState s = ws.state[c];
-  const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  const uint64_t block = gtid / 8;
-  const int lane = static_cast<int>(gtid % 8);
-  const uint64_t nblocks = (s.orig_bytes + kBlockBytes - 1) / kBlockBytes;
-  if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;  // whole CUDA block past the end
-  const bool active = block < nblocks;
-  const uint8_t* in = chunks[c].data;
-  const bool stored = s.flags & kStored;
-  const uint8_t* sym = ws.sym + c * ws.max_elems;
-  const uint8_t* raw = in + s.raw_off;
-  const uint32_t eb = s.elem_bytes, exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
-  const bool bf16_fast = !stored && eb == 2 && s.raw_bits == 8 && !s.opaque;
-  // The element value of index i.
-  auto value = [&](uint64_t i) -> uint32_t {
-    if (s.opaque) return sym[i];
-    const uint32_t r = s.raw_bits == 8 ? raw[i] : Unpack(raw, i, s.raw_bits);
-    return ((r >> s.mant_bits) << exp_shift) | (sym[i] << s.mant_bits) | (r & mant_mask);
-  };
-  uint64_t S = 0, D = 0, m = 0;
-  if (active) {
-    const uint64_t start = block * kBlockBytes;
-    m = min(static_cast<uint64_t>(kBlockBytes), s.orig_bytes - start);
-    const uint32_t nw = static_cast<uint32_t>((m + 7) / 8);
-    for (uint32_t j = lane; j < nw; j += kLanes) {
-      const uint64_t off = start + 8ull * j;
-      const uint32_t len = static_cast<uint32_t>(min(static_cast<uint64_t>(8), s.orig_bytes - off));
-      uint64_t w = 0;
-      if (stored) {
-        for (uint32_t k = 0; k < len; ++k) w |= static_cast<uint64_t>(in[kHeader + off + k]) << (8 * k);
-      } else if (bf16_fast && len == 8) {
-        const uint64_t e0 = off / 2;
-        const uint32_t sy = *reinterpret_cast<const uint32_t*>(sym + e0);
-        const uint32_t r = raw[e0] | raw[e0 + 1] << 8 | raw[e0 + 2] << 16 | static_cast<uint32_t>(raw[e0 + 3]) << 24;
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t rk = (r >> (8 * k)) & 0xff, sk = (sy >> (8 * k)) & 0xff;
-          w |= static_cast<uint64_t>((rk >> 7) << 15 | sk << 7 | (rk & 0x7f)) << (16 * k);
-        }
-      } else {
-        for (uint32_t k = 0; k < len; k += eb) {
-          w |= static_cast<uint64_t>(value((off + k) / eb)) << (8 * k);
-        }
-      }
-      uint8_t* dst = s.out.At(off);
-      if (len == 8) {
-        *reinterpret_cast<uint64_t*>(dst) = w;  // 8-aligned: blocks are 16-aligned, multiples of 64
-      } else {
-        for (uint32_t k = 0; k < len; ++k) dst[k] = static_cast<uint8_t>(w >> (8 * k));
-        w ^= static_cast<uint64_t>(len) << 56;  // the tail word of a block
-      }
-      S += Product(w, Key(j));
-      D += w;
-    }
-  }
-  kvferry::cuda::Kvsum64AddBlockLanes(S, D, m, block, lane, active, &ws.sum[c]);
+  if (bad && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {
@@ -461,10 +564,10 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_chunk_bytes_ = max_chunk_bytes;
   d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes = sizeof(Workspace) + n * sizeof(ChunkState) + n * kMaxTables * sizeof(DevTable) +
-                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t) + kTile) + n * 8 + 256;
+  const uint64_t bytes = n * sizeof(ChunkState) + n * kMaxTables * sizeof(SlotTable) +
+                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
   if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kDecodeShared)) != cudaSuccess) {
+                           static_cast<int>(sizeof(DecodeShared))) != cudaSuccess) {
     return absl::InternalError("cannot give the decode kernel its shared memory");
   }
   if (cudaMalloc(&d->workspace_, bytes) != cudaSuccess) {
@@ -488,21 +591,16 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   uint8_t* p = align(base);
   ws.state = reinterpret_cast<ChunkState*>(p);
   p = align(p + n * sizeof(ChunkState));
-  ws.tables = reinterpret_cast<DevTable*>(p);
-  p = align(p + n * kMaxTables * sizeof(DevTable));
+  ws.tables = reinterpret_cast<SlotTable*>(p);
+  p = align(p + n * kMaxTables * sizeof(SlotTable));
   ws.tile_off = reinterpret_cast<uint64_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint64_t));
   ws.tile_entry = reinterpret_cast<uint32_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
-  p = align(p + n * 8);
-  ws.sym = p;  // n * max_tiles * kTile bytes
-  ws.max_elems = static_cast<uint64_t>(max_tiles_) * kTile;
   ParseKernel<<<count, 256, 0, stream>>>(chunks, status, ws, max_tiles_);
-  DecodeKernel<<<dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32, kDecodeShared,
-                 stream>>>(chunks, status, ws, max_tiles_);
-  const uint64_t merge_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
-  MergeKernel<<<dim3(static_cast<unsigned>((merge_threads + 255) / 256), count), 256, 0, stream>>>(chunks, status, ws);
+  DecodeKernel<<<dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32,
+                 sizeof(DecodeShared), stream>>>(chunks, status, ws, max_tiles_);
   FinishKernel<<<(count + 127) / 128, 128, 0, stream>>>(status, ws, count);
   return cudaGetLastError();
 }

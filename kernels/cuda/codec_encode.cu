@@ -644,7 +644,6 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
   if (status[c] != kOk) return;
   ChunkPlan& p = ws.plan[c];
   uint8_t* out = chunks[c].out;
-  __shared__ uint64_t warp_total[32];
   __shared__ uint64_t payload;
   __shared__ uint32_t stored;
   if (threadIdx.x == 0) stored = p.stored;
@@ -655,27 +654,15 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
     const uint32_t* entry = ws.entry + static_cast<uint64_t>(c) * ws.max_tiles;
     uint64_t mine = 0;
     for (uint32_t t = t0; t < t1; ++t) mine += entry[t] & ~kTileRaw;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint64_t incl = mine;
-    for (int o = 1; o < 32; o *= 2) {
-      const uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    if (lane == 31) warp_total[warp] = incl;
-    __syncthreads();
+    uint64_t total = 0;
+    const uint64_t before = BlockExclusiveScan(mine, &total);
     if (threadIdx.x == 0) {
-      uint64_t acc = 0;
-      for (uint32_t w = 0; w < blockDim.x / 32; ++w) {
-        const uint64_t v = warp_total[w];
-        warp_total[w] = acc;
-        acc += v;
-      }
-      payload = p.tiles_off - kHeader + acc;
+      payload = p.tiles_off - kHeader + total;
       if (payload >= p.bytes) stored = p.stored = 1;
     }
     __syncthreads();
     if (!stored) {
-      uint64_t off = p.tiles_off + warp_total[warp] + incl - mine;
+      uint64_t off = p.tiles_off + before;
       for (uint32_t t = t0; t < t1; ++t) {
         ws.tile_dst[static_cast<uint64_t>(c) * ws.max_tiles + t] = off;
         St32(out + p.dir_off + 4ull * t, entry[t]);

@@ -273,5 +273,29 @@ TEST(Codec, CorruptedOrTruncatedChunksFailAndNeverLie) {
   EXPECT_GT(failed, 290);  // only bytes no decoder reads (padding) may change unnoticed
 }
 
+// A table that sums to 0 is legal only when no element uses it; a chunk whose
+// only table is emptied must fail in parsing, before any tile is read.
+TEST(Codec, RejectsAnEmptyTableThatElementsUse) {
+  EncodeOptions o;
+  auto in = KvLike(DType::kBF16, 2 * kTileSymbols, 128, 8);
+  auto chunk = Encoded(o, in);
+  ChunkInfo info;
+  {
+    auto i = Inspect(chunk.data(), chunk.size());
+    ASSERT_TRUE(i.ok()) << i.status();
+    info = *i;
+  }
+  ASSERT_FALSE(info.stored);
+  ASSERT_FALSE(info.channel_groups);
+  const size_t table = 64 + info.raw_plane_bytes;  // header, raw plane, then the table
+  const uint32_t count = chunk[table + 2] | chunk[table + 3] << 8;
+  ASSERT_GT(count, 0u);
+  for (uint32_t k = 0; k < count; ++k) chunk[table + 4 + 2 * k] = chunk[table + 5 + 2 * k] = 0;
+  std::vector<uint8_t> out(in.size());
+  auto r = Decode(chunk.data(), chunk.size(), out.data(), out.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("empty table"), std::string::npos) << r.status();
+}
+
 }  // namespace
 }  // namespace kvferry::codec
