@@ -24,7 +24,7 @@ T Get(const uint8_t* in, size_t off) {
 void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
   Put<uint32_t>(out, 0, kChunkMagic);
   Put<uint16_t>(out, 4, kChunkVersion);
-  Put<uint16_t>(out, 6, 0);
+  Put<uint16_t>(out, 6, h.flags);
   Put<uint64_t>(out, 8, h.transfer_id);
   Put<uint32_t>(out, 16, h.seq);
   Put<uint32_t>(out, 20, h.chunk_count);
@@ -46,8 +46,9 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, ui
     return absl::DataLossError(absl::StrFormat("unsupported chunk version %d", version));
   }
   const uint16_t flags = Get<uint16_t>(msg, 6);
-  if (flags != 0) return absl::DataLossError(absl::StrFormat("unknown chunk flags 0x%04x", flags));
+  if ((flags & ~kChunkEncoded) != 0) return absl::DataLossError(absl::StrFormat("unknown chunk flags 0x%04x", flags));
   ChunkHeader h;
+  h.flags = flags;
   h.transfer_id = Get<uint64_t>(msg, 8);
   h.seq = Get<uint32_t>(msg, 16);
   h.chunk_count = Get<uint32_t>(msg, 20);

@@ -10,13 +10,17 @@
 //   off size field
 //     0    4 magic        "KVFC" (0x4346564B)
 //     4    2 version      1
-//     6    2 flags        0 (no flags defined; non-zero is rejected)
+//     6    2 flags        bit 0 ENCODED: the payload is a kvferry codec chunk
+//                         (docs/codec-format.md) that decodes to this chunk's
+//                         raw bytes; other bits must be 0
 //     8    8 transfer_id  non-zero, < 2^63
 //    16    4 seq          chunk index, < chunk_count
 //    20    4 chunk_count  chunks in the transfer
 //    24    8 offset       payload position in the transfer's byte stream
-//    32    8 length       bytes of the payload message
-//    40    8 checksum     kvsum64 of the payload
+//    32    8 length       bytes of the payload message (for ENCODED chunks, the
+//                         codec chunk's size, smaller than the raw range)
+//    40    8 checksum     kvsum64 of the payload message as sent (checked
+//                         before anything is decoded or written)
 #pragma once
 
 #include <cstddef>
@@ -29,6 +33,7 @@ namespace kvferry::transport {
 constexpr uint32_t kChunkMagic = 0x4346564B;  // "KVFC"
 constexpr uint16_t kChunkVersion = 1;
 constexpr size_t kChunkHeaderBytes = 48;
+constexpr uint16_t kChunkEncoded = 1;
 
 constexpr uint64_t kPayloadTagBit = 1ull << 63;
 constexpr uint64_t HeaderTag(uint64_t transfer_id) { return transfer_id; }
@@ -41,6 +46,7 @@ struct ChunkHeader {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t checksum = 0;
+  uint16_t flags = 0;
 };
 
 // Writes the header into out[0..kChunkHeaderBytes).

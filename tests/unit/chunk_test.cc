@@ -47,8 +47,16 @@ TEST(ChunkHeader, RejectsMalformed) {
   bad[4] = 2;  // version
   EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
-  bad[6] = 1;  // flags
+  bad[6] = 2;  // an undefined flag
   EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
+  bad = good;
+  bad[7] = 0x80;
+  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
+  bad = good;
+  bad[6] = kChunkEncoded;  // the one defined flag round-trips
+  auto encoded = ParseChunkHeader(bad.data(), bad.size(), 16);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  EXPECT_EQ(encoded->flags, kChunkEncoded);
 
   auto zero_id = Header(ChunkHeader{0, 0, 1, 0, 16, 0});
   EXPECT_FALSE(ParseChunkHeader(zero_id.data(), zero_id.size(), 16).ok());

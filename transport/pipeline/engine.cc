@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/mutex.h"
 #include "kernels/checksum.h"
+#include "kernels/codec.h"
 #include "transport/chunk.h"
 
 namespace kvferry::pipeline {
@@ -73,6 +74,79 @@ class StagingPool {
   std::vector<int> free_;
 };
 
+// Codec threads: run tasks posted by the engine thread. Results travel back
+// through the engine's completion queue (see Impl::PostCodecDone).
+class CodecPool {
+ public:
+  explicit CodecPool(uint32_t threads) {
+    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~CodecPool() {
+    {
+      MutexLock l(&mu_);
+      stop_ = true;
+    }
+    for (auto& t : threads_) t.join();
+  }
+  CodecPool(const CodecPool&) = delete;
+  CodecPool& operator=(const CodecPool&) = delete;
+
+  void Post(std::function<void()> task) {
+    MutexLock l(&mu_);
+    tasks_.push_back(std::move(task));
+  }
+  uint32_t size() const { return static_cast<uint32_t>(threads_.size()); }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        MutexLock l(&mu_);
+        mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopping, nothing left
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+// Adaptive compression. With a codec of C input bytes/s (all codec threads), a
+// link of L wire bytes/s and a ratio R, sending a fraction f of the chunks
+// compressed takes, per input byte, f / C of codec time and (f / R + 1 - f) / L
+// of link time; the two run in parallel, so the transfer is fastest where they
+// are equal:
+//     f = (1 / L) / (1 / C + 1 / L - 1 / (R L)),   clamped to [0, 1].
+// f = 1 when the codec is much faster than the link, f -> 0 when it is much
+// slower or the data does not shrink. A credit counter spreads the compressed
+// chunks evenly. C and R come from this engine's encodes (EWMA), L from the
+// job's own sends (wire bytes over the time sends were in flight) or, before
+// it has any, from the last job to the same peer. Unknown C or R: one probe
+// chunk is compressed while the others go raw. A small floor keeps measuring
+// C and R while f is 0.
+struct RateModel {
+  double codec_bps = 0;  // per codec thread, input bytes/s
+  double ratio = 0;
+  absl::flat_hash_map<std::string, double> link_bps;  // per peer, wire bytes/s
+
+  void AddEncode(uint64_t in_bytes, uint64_t out_bytes, uint64_t ns) {
+    if (ns == 0 || out_bytes == 0) return;
+    const double rate = in_bytes * 1e9 / ns, r = static_cast<double>(in_bytes) / out_bytes;
+    codec_bps = codec_bps == 0 ? rate : 0.8 * codec_bps + 0.2 * rate;
+    ratio = ratio == 0 ? r : 0.8 * ratio + 0.2 * r;
+  }
+};
+
+constexpr double kMinCompressedFraction = 1.0 / 64;
+
+
 struct Job {
   Direction dir;
   uint64_t key = 0;  // engine-unique, high bits of cookies
@@ -85,13 +159,26 @@ struct Job {
   DoneCallback done;
   std::string peer_address;                 // send only
   std::shared_ptr<transport::Endpoint> ep;  // send only; shared per peer
+  CodecSpec codec;                          // send only
+  absl::Time started;
+  // Send: the link's busy time (some payload in flight) and its wire bytes.
+  uint32_t sends_in_flight = 0;
+  absl::Time busy_since;
+  absl::Duration busy;
+  uint64_t wire_done = 0;
+  uint32_t sends_done = 0;
+  double credit = 0;           // adaptive: compressed chunks owed
+  bool probe_pending = false;  // adaptive: a probe chunk is being encoded
+  bool stalled = false;        // counted a stall since the last chunk started
   absl::Time failed_at = absl::InfiniteFuture();
   uint32_t next_seq = 0;   // send: next chunk to gather; recv: receives posted so far
   uint32_t completed = 0;  // chunks sent / verified
   // A chunk in flight: its two messages (header, payload) complete separately.
   struct Slot {
-    uint32_t seq = 0;
-    int pending = 2;
+    uint32_t seq = 0;  // send: the chunk; receive: the posting index, then the chunk being decoded
+    int pending = 2;  // messages, or 1 while a codec thread has the slot
+    bool in_codec = false;
+    bool busy = false;  // send: counted in sends_in_flight
     size_t header_len = 0, payload_len = 0;
     absl::Status status;
   };
@@ -108,7 +195,48 @@ struct Job {
 
 uint32_t ChunkCount(uint64_t total, uint64_t chunk) { return static_cast<uint32_t>((total + chunk - 1) / chunk); }
 
+// What a codec thread hands back to the engine thread.
+struct CodecDone {
+  uint64_t key = 0;
+  int slot = 0;
+  uint64_t ns = 0;
+  absl::Status status;
+  // Send: the payload to put on the wire.
+  const uint8_t* payload = nullptr;
+  uint64_t len = 0, sum = 0;
+  bool encoded = false;
+  uint64_t raw_len = 0, encoded_len = 0;  // what the encoder saw and produced (0: it failed)
+};
+
+uint64_t Align4K(uint64_t n) { return (n + 4095) & ~uint64_t{4095}; }
+
 }  // namespace
+
+const char* CompressionName(Compression c) {
+  switch (c) {
+    case Compression::kRaw:
+      return "raw";
+    case Compression::kCompressed:
+      return "compressed";
+    case Compression::kAdaptive:
+      return "adaptive";
+  }
+  return "?";
+}
+
+double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio) {
+  if (!(ratio > 1.0) || !(codec_bps > 0) || !(link_bps > 0)) return kMinCompressedFraction;
+  const double f = (1 / link_bps) / (1 / codec_bps + 1 / link_bps - 1 / (ratio * link_bps));
+  return std::clamp(f, kMinCompressedFraction, 1.0);
+}
+
+absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
+  if (name == "raw") return Compression::kRaw;
+  if (name == "compressed") return Compression::kCompressed;
+  if (name == "adaptive") return Compression::kAdaptive;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown compression '%s' (raw, compressed or adaptive)", std::string(name)));
+}
 
 class Engine::Impl {
  public:
@@ -122,17 +250,26 @@ class Engine::Impl {
     if (options_.window == 0 || options_.window > 1024) {
       return absl::InvalidArgumentError("window must be in [1, 1024]");
     }
-    const uint64_t slot = kPayloadOffset + options_.chunk_bytes;
-    const uint64_t slots = options_.staging_bytes / slot;
-    if (slots < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("staging_bytes %d holds no chunk of %d bytes", options_.staging_bytes, options_.chunk_bytes));
+    if (options_.codec_threads > 64) return absl::InvalidArgumentError("codec_threads must be in [0, 64]");
+    // A slot holds the header, the raw chunk and, with codec threads, the
+    // encoded chunk (send) or the decoded chunk (receive) after it.
+    second_off_ = kPayloadOffset + Align4K(options_.chunk_bytes);
+    const uint64_t send_slot =
+        options_.codec_threads ? second_off_ + codec::MaxEncodedBytes(options_.chunk_bytes) : second_off_;
+    const uint64_t recv_slot = options_.codec_threads ? second_off_ + options_.chunk_bytes : second_off_;
+    const uint64_t send_slots = options_.staging_bytes / Align4K(send_slot);
+    const uint64_t recv_slots = options_.staging_bytes / Align4K(recv_slot);
+    if (send_slots < 1 || recv_slots < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "staging_bytes %d holds no chunk slot of %d bytes (chunk_bytes %d%s)", options_.staging_bytes,
+          std::max(send_slot, recv_slot), options_.chunk_bytes, options_.codec_threads ? ", with codec room" : ""));
     }
-    if (slots > kSlotMask) return absl::InvalidArgumentError("too many staging slots");
-    auto st = send_pool_.Init(slot, slots);
+    if (send_slots > kSlotMask || recv_slots > kSlotMask) return absl::InvalidArgumentError("too many staging slots");
+    auto st = send_pool_.Init(send_slot, send_slots);
     if (!st.ok()) return st;
-    st = recv_pool_.Init(slot, slots);
+    st = recv_pool_.Init(recv_slot, recv_slots);
     if (!st.ok()) return st;
+    if (options_.codec_threads > 0) codec_ = std::make_unique<CodecPool>(options_.codec_threads);
     thread_ = std::thread([this] { Run(); });
     return absl::OkStatus();
   }
@@ -169,9 +306,17 @@ class Engine::Impl {
   }
 
   absl::Status Start(Direction dir, uint64_t id, SegmentList segs, uint64_t chunk_bytes, absl::Time deadline,
-                     std::shared_ptr<TransferCounters> counters, DoneCallback done, std::string peer) {
+                     std::shared_ptr<TransferCounters> counters, DoneCallback done, std::string peer,
+                     CodecSpec codec_spec = {}) {
     auto st = Validate(id, segs, chunk_bytes, done);
     if (!st.ok()) return st;
+    if (codec_spec.mode != Compression::kRaw) {
+      if (!codec_) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("%s transfer on a data plane without codec threads", CompressionName(codec_spec.mode)));
+      }
+      if (!codec::Info(codec_spec.dtype).ok()) return absl::InvalidArgumentError("unknown codec dtype");
+    }
     auto job = std::make_unique<Job>();
     job->dir = dir;
     job->id = id;
@@ -183,6 +328,7 @@ class Engine::Impl {
     job->counters->chunks_total = job->chunk_count;
     job->done = std::move(done);
     job->peer_address = std::move(peer);
+    job->codec = codec_spec;
     if (dir == Direction::kRecv) job->received.assign(job->chunk_count, false);
     {
       MutexLock l(&mu_);
@@ -256,6 +402,17 @@ class Engine::Impl {
       for (auto& c : completions) OnCompletion(c);
       worked |= !completions.empty();
 
+      if (codec_posted_.load(std::memory_order_acquire)) {
+        std::vector<CodecDone> done;
+        {
+          MutexLock l(&codec_mu_);
+          done.swap(codec_done_);
+          codec_posted_.store(false, std::memory_order_relaxed);
+        }
+        for (auto& d : done) OnCodecDone(d);
+        worked |= !done.empty();
+      }
+
       // Deadlines and drain timeouts: the clock is read every 64 iterations.
       if ((++iteration & 63) == 0 || worked) {
         const absl::Time now = absl::Now();
@@ -275,6 +432,11 @@ class Engine::Impl {
       } else if (++idle > 64 && jobs_.empty()) {
         transport_->Wait(absl::Milliseconds(50));
         idle = 0;
+      } else if (idle > 64 && in_codec_ > 0) {
+        // Waiting on codec threads: leave them the CPU. A codec result or a
+        // network event ends the wait early.
+        transport_->Wait(absl::Milliseconds(1));
+        idle = 0;
       }
     }
   }
@@ -287,6 +449,7 @@ class Engine::Impl {
   }
 
   void Admit(std::unique_ptr<Job> j) {
+    j->started = absl::Now();
     if (j->dir == Direction::kSend) {
       auto ep = EndpointFor(j->peer_address);
       if (!ep.ok()) {
@@ -330,10 +493,29 @@ class Engine::Impl {
   bool Pump(Job* j) {
     bool did = false;
     StagingPool& p = pool(*j);
-    while (!j->ending && j->inflight.size() < options_.window && j->next_seq < j->chunk_count && !p.empty()) {
+    while (!j->ending && j->inflight.size() < options_.window && j->next_seq < j->chunk_count) {
+      if (p.empty()) {
+        if (!j->stalled) {
+          j->stalled = true;
+          j->counters->stalls.fetch_add(1, std::memory_order_relaxed);
+        }
+        break;
+      }
+      j->stalled = false;
       const int slot = p.Take();
       uint8_t* buf = p.ptr(slot);
       const uint32_t seq = j->next_seq;
+      if (j->dir == Direction::kSend && ShouldCompress(j)) {
+        Job::Slot& s = j->inflight[slot];
+        s.seq = seq;
+        s.pending = 1;
+        s.in_codec = true;
+        ++j->next_seq;
+        ++in_codec_;
+        PostEncode(j, slot, seq, buf);
+        did = true;
+        continue;
+      }
       absl::Status st;
       int posted = 0;
       if (j->dir == Direction::kSend) {
@@ -351,12 +533,7 @@ class Engine::Impl {
           sum = b.Finish(len);
           payload = buf + kPayloadOffset;
         }
-        transport::EncodeChunkHeader(ChunkHeader{j->id, seq, j->chunk_count, off, len, sum}, buf);
-        st = j->ep->SubmitSend(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
-        if (st.ok()) {
-          ++posted;
-          st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, len, Cookie(*j, slot, 1));
-        }
+        st = SubmitChunk(j, slot, ChunkHeader{j->id, seq, j->chunk_count, off, len, sum, 0}, payload, &posted);
       } else {
         st = transport_->SubmitRecv(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
         if (st.ok()) {
@@ -369,6 +546,7 @@ class Engine::Impl {
         Job::Slot& s = j->inflight[slot];
         s.seq = seq;
         s.pending = st.ok() ? 2 : 1;
+        s.busy = j->dir == Direction::kSend && st.ok();
         if (!st.ok()) s.status = st;
         ++j->next_seq;
         did = true;
@@ -381,6 +559,193 @@ class Engine::Impl {
       }
     }
     return did;
+  }
+
+  // Sends a chunk's header and payload messages; *posted counts those submitted.
+  absl::Status SubmitChunk(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload, int* posted) {
+    uint8_t* buf = send_pool_.ptr(slot);
+    transport::EncodeChunkHeader(h, buf);
+    *posted = 0;
+    absl::Status st = j->ep->SubmitSend(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
+    if (!st.ok()) return st;
+    ++*posted;
+    st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, h.length, Cookie(*j, slot, 1));
+    if (!st.ok()) return st;
+    ++*posted;
+    if (j->sends_in_flight++ == 0) j->busy_since = absl::Now();
+    if (j->counters->first_payload_ns.load(std::memory_order_relaxed) == 0) {
+      j->counters->first_payload_ns.store(std::max<int64_t>(1, absl::ToInt64Nanoseconds(absl::Now() - j->started)),
+                                          std::memory_order_relaxed);
+    }
+    return absl::OkStatus();
+  }
+
+  // The compression decision for the next chunk of a send job.
+  bool ShouldCompress(Job* j) {
+    switch (j->codec.mode) {
+      case Compression::kRaw:
+        return false;
+      case Compression::kCompressed:
+        return true;
+      case Compression::kAdaptive:
+        break;
+    }
+    if (rates_.codec_bps == 0 || rates_.ratio == 0) {  // probe: one chunk at a time
+      if (j->probe_pending) return false;
+      j->probe_pending = true;
+      return true;
+    }
+    double link = 0;
+    if (j->sends_done >= 2) {
+      const double secs = absl::ToDoubleSeconds(LinkBusy(*j));
+      if (secs > 0) link = j->wire_done / secs;
+    }
+    if (link == 0) {
+      auto it = rates_.link_bps.find(j->peer_address);
+      if (it != rates_.link_bps.end()) link = it->second;
+    }
+    if (link == 0) {  // nothing known about this link yet: probe like above
+      if (j->probe_pending) return false;
+      j->probe_pending = true;
+      return true;
+    }
+    j->credit += AdaptiveCompressedFraction(rates_.codec_bps * codec_->size(), link, rates_.ratio);
+    if (j->credit < 1) return false;
+    j->credit -= 1;
+    return true;
+  }
+
+  static absl::Duration LinkBusy(const Job& j) {
+    return j.busy + (j.sends_in_flight > 0 ? absl::Now() - j.busy_since : absl::ZeroDuration());
+  }
+
+  // On a codec thread: gather (unless contiguous) and encode chunk `seq`; a
+  // chunk that does not shrink, or that the codec cannot take (e.g. a partial
+  // element at the end), goes raw.
+  void PostEncode(Job* j, int slot, uint32_t seq, uint8_t* buf) {
+    const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
+    const uint64_t len = j->ChunkLen(seq);
+    const SegmentList* segs = &j->segs;  // the job outlives its slots in flight
+    codec::EncodeOptions o;
+    o.dtype = j->codec.dtype;
+    o.layout = j->codec.layout;
+    o.threads = 1;
+    uint8_t* raw_area = buf + kPayloadOffset;
+    uint8_t* enc_area = buf + second_off_;
+    const uint64_t key = j->key;
+    codec_->Post([this, segs, off, len, o, raw_area, enc_area, key, slot] {
+      const absl::Time t0 = absl::Now();
+      CodecDone d;
+      d.key = key;
+      d.slot = slot;
+      const uint8_t* raw = segs->Contiguous(off, len);
+      if (raw == nullptr) {
+        segs->Gather(off, len, raw_area, nullptr);
+        raw = raw_area;
+      }
+      auto n = codec::Encode(o, raw, len, enc_area, codec::MaxEncodedBytes(len));
+      d.raw_len = len;
+      if (n.ok()) d.encoded_len = *n;
+      if (n.ok() && *n < len) {
+        d.payload = enc_area;
+        d.len = *n;
+        d.encoded = true;
+      } else {
+        d.payload = raw;
+        d.len = len;
+      }
+      d.sum = Kvsum64(d.payload, d.len);
+      d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+      PostCodecDone(std::move(d));
+    });
+  }
+
+  // On a codec thread: decode a verified encoded payload into the slot's
+  // second half; the codec checks the kvsum64 of what it decoded.
+  void PostDecode(Job* j, int slot, const uint8_t* payload, uint64_t len, uint64_t raw_len) {
+    uint8_t* out = recv_pool_.ptr(slot) + second_off_;
+    const uint64_t key = j->key;
+    codec_->Post([this, payload, len, raw_len, out, key, slot] {
+      const absl::Time t0 = absl::Now();
+      CodecDone d;
+      d.key = key;
+      d.slot = slot;
+      auto n = codec::Decode(payload, len, out, raw_len, 1);
+      if (!n.ok()) {
+        d.status = n.status();
+      } else if (*n != raw_len) {
+        d.status = absl::DataLossError(absl::StrFormat("codec chunk decodes to %d bytes, expected %d", *n, raw_len));
+      }
+      d.len = raw_len;
+      d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+      PostCodecDone(std::move(d));
+    });
+  }
+
+  void PostCodecDone(CodecDone d) {
+    {
+      MutexLock l(&codec_mu_);
+      codec_done_.push_back(std::move(d));
+      codec_posted_.store(true, std::memory_order_release);
+    }
+    transport_->Wake();
+  }
+
+  // Engine thread: a codec task ended.
+  void OnCodecDone(const CodecDone& d) {
+    --in_codec_;
+    auto it = jobs_.find(d.key);
+    if (it == jobs_.end()) return;  // cannot happen: jobs wait for their slots
+    Job* j = it->second.get();
+    auto in = j->inflight.find(d.slot);
+    if (in == j->inflight.end()) return;
+    Job::Slot& s = in->second;
+    s.in_codec = false;
+    j->counters->codec_ns.fetch_add(d.ns, std::memory_order_relaxed);
+    StagingPool& p = pool(*j);
+    if (j->dir == Direction::kSend) {
+      if (j->codec.mode == Compression::kAdaptive && j->probe_pending) j->probe_pending = false;
+      if (d.encoded_len != 0) rates_.AddEncode(d.raw_len, d.encoded_len, d.ns);
+      if (j->ending) {
+        j->inflight.erase(in);
+        p.Give(d.slot);
+        return;
+      }
+      const uint64_t off = static_cast<uint64_t>(s.seq) * j->chunk_bytes;
+      if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
+      int posted = 0;
+      const absl::Status st = SubmitChunk(
+          j, d.slot,
+          ChunkHeader{j->id, s.seq, j->chunk_count, off, d.len, d.sum, d.encoded ? transport::kChunkEncoded : uint16_t{0}},
+          d.payload, &posted);
+      if (posted == 0) {
+        j->inflight.erase(in);
+        p.Give(d.slot);
+      } else {
+        s.pending = posted;
+        s.busy = posted == 2;
+        if (!st.ok()) s.status = st;
+      }
+      if (!st.ok()) Fail(j, st);
+      return;
+    }
+    // Receive: the decoded chunk is verified; only now does it reach the destination.
+    const uint32_t seq = s.seq;
+    absl::Status st = d.status;
+    if (st.ok() && j->ending) st = j->result;
+    if (st.ok()) {
+      j->segs.Scatter(static_cast<uint64_t>(seq) * j->chunk_bytes, d.len, p.ptr(d.slot) + second_off_);
+      j->received[seq] = true;
+      j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
+      bytes_received_ += d.len;
+      Account(j, d.len);
+    }
+    j->inflight.erase(in);
+    p.Give(d.slot);
+    if (!st.ok()) {
+      if (!j->ending) KVF_XLOG(warn, "engine", j->id, "rejecting chunk {}: {}", seq, st.ToString());
+      Fail(j, st);
+    }
   }
 
   void OnCompletion(const Completion& c) {
@@ -401,23 +766,33 @@ class Engine::Impl {
 
     // Both messages of the chunk are done.
     const Job::Slot done = s;
-    j->inflight.erase(in);
     StagingPool& p = pool(*j);
     if (j->dir == Direction::kSend) {
+      j->inflight.erase(in);
       p.Give(slot);
+      if (done.busy && --j->sends_in_flight == 0) j->busy += absl::Now() - j->busy_since;
       if (!done.status.ok()) {
         if (!j->ep->health().ok()) endpoints_.erase(j->peer_address);
         Fail(j, absl::UnavailableError(absl::StrFormat("sending chunk %d: %s", done.seq, done.status.message())));
         return;
       }
       bytes_sent_ += done.payload_len;
-      Account(j, done.payload_len);
+      j->wire_done += done.payload_len;
+      ++j->sends_done;
+      j->counters->wire_bytes.fetch_add(done.payload_len, std::memory_order_relaxed);
+      Account(j, j->ChunkLen(done.seq));
       return;
     }
     // Receive: everything below is untrusted bytes from the wire.
     absl::Status st = done.status;
+    bool decoding = false;
     if (st.ok()) {
-      st = Accept(j, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
+      auto r = Accept(j, slot, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
+      if (r.ok()) {
+        decoding = *r;
+      } else {
+        st = r.status();
+      }
     } else if (st.code() == absl::StatusCode::kOutOfRange) {
       st = absl::DataLossError(absl::StrFormat("message larger than expected: %s", st.message()));
     } else if (st.code() != absl::StatusCode::kCancelled) {
@@ -425,6 +800,13 @@ class Engine::Impl {
       // not this transfer's deadline.
       st = absl::UnavailableError(absl::StrFormat("receive from sender failed: %s", st.message()));
     }
+    if (decoding) {  // the slot stays in flight until its codec thread is done
+      s.pending = 1;
+      s.in_codec = true;
+      ++in_codec_;
+      return;
+    }
+    j->inflight.erase(in);
     p.Give(slot);
     if (!st.ok()) {
       if (!j->ending) KVF_XLOG(warn, "engine", j->id, "rejecting chunk: {}", st.ToString());
@@ -432,8 +814,10 @@ class Engine::Impl {
     }
   }
 
-  // Checks a received chunk and, only if everything holds, writes its payload.
-  absl::Status Accept(Job* j, const uint8_t* header, size_t header_len, const uint8_t* payload, size_t len) {
+  // Checks a received chunk and, only if everything holds, writes its payload
+  // (raw chunk) or hands it to a codec thread (encoded chunk; returns true).
+  absl::StatusOr<bool> Accept(Job* j, int slot, const uint8_t* header, size_t header_len, const uint8_t* payload,
+                              size_t len) {
     if (j->ending) return j->result;
     auto parsed = transport::ParseChunkHeader(header, header_len, len);
     if (!parsed.ok()) return parsed.status();
@@ -446,20 +830,33 @@ class Engine::Impl {
     }
     if (j->received[h.seq]) return absl::DataLossError(absl::StrFormat("duplicate chunk %d", h.seq));
     const uint64_t off = static_cast<uint64_t>(h.seq) * j->chunk_bytes;
-    if (h.offset != off || h.length != j->ChunkLen(h.seq)) {
-      return absl::DataLossError(absl::StrFormat("chunk %d covers [%d, +%d), expected [%d, +%d)", h.seq, h.offset,
-                                                 h.length, off, j->ChunkLen(h.seq)));
+    const bool encoded = (h.flags & transport::kChunkEncoded) != 0;
+    const uint64_t raw_len = j->ChunkLen(h.seq);
+    if (h.offset != off || (encoded ? h.length >= raw_len : h.length != raw_len)) {
+      return absl::DataLossError(absl::StrFormat("chunk %d%s covers [%d, +%d), expected [%d, +%d)", h.seq,
+                                                 encoded ? " (encoded)" : "", h.offset, h.length, off, raw_len));
     }
     const uint64_t sum = Kvsum64(payload, h.length);
     if (sum != h.checksum) {
       return absl::DataLossError(
           absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", h.seq, sum, h.checksum));
     }
+    j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
+    if (j->counters->first_payload_ns.load(std::memory_order_relaxed) == 0) {
+      j->counters->first_payload_ns.store(std::max<int64_t>(1, absl::ToInt64Nanoseconds(absl::Now() - j->started)),
+                                          std::memory_order_relaxed);
+    }
+    if (encoded) {
+      if (!codec_) return absl::FailedPreconditionError("encoded chunk, but this data plane has no codec threads");
+      j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
+      PostDecode(j, slot, payload, h.length, raw_len);
+      return true;
+    }
     j->segs.Scatter(off, h.length, payload);
     j->received[h.seq] = true;
     bytes_received_ += h.length;
     Account(j, h.length);
-    return absl::OkStatus();
+    return false;
   }
 
   void Account(Job* j, uint64_t bytes) {
@@ -478,6 +875,7 @@ class Engine::Impl {
     j->result = std::move(reason);
     if (j->dir == Direction::kRecv) {
       for (auto& [slot, st] : j->inflight) {
+        if (st.in_codec) continue;  // its messages are in; the codec thread's result is dropped
         transport_->CancelRecv(Cookie(*j, slot, 0));
         transport_->CancelRecv(Cookie(*j, slot, 1));
       }
@@ -513,6 +911,15 @@ class Engine::Impl {
     }
     PublishStats();  // callbacks below see accounting that includes these ends
     for (auto& j : ended) {
+      if (j->dir == Direction::kSend && j->sends_done >= 2) {
+        const double secs = absl::ToDoubleSeconds(j->busy);
+        if (secs > 0) {
+          double& l = rates_.link_bps[j->peer_address];
+          if (rates_.link_bps.size() > 4096) rates_.link_bps.clear();
+          const double now_bps = j->wire_done / secs;
+          l = l == 0 ? now_bps : 0.5 * l + 0.5 * now_bps;
+        }
+      }
       if (!j->result.ok()) {
         KVF_XLOG(info, "engine", j->id, "{} ended: {}", j->dir == Direction::kSend ? "send" : "receive",
                  j->result.ToString());
@@ -532,6 +939,9 @@ class Engine::Impl {
     s.bytes_sent = bytes_sent_;
     s.bytes_received = bytes_received_;
     s.staging_bytes_allocated = send_pool_.bytes() + recv_pool_.bytes();
+    s.codec_threads = codec_ ? codec_->size() : 0;
+    s.codec_mbps_per_thread = rates_.codec_bps / 1e6;
+    s.codec_ratio = rates_.ratio;
     MutexLock l(&mu_);
     stats_ = s;
   }
@@ -547,6 +957,13 @@ class Engine::Impl {
   absl::flat_hash_map<std::string, std::shared_ptr<transport::Endpoint>> endpoints_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   bool stopping_ = false;
+  uint64_t second_off_ = 0;  // slot offset of the encoded (send) / decoded (receive) chunk
+  uint32_t in_codec_ = 0;    // slots a codec thread is working on
+  RateModel rates_;
+  // Codec results, posted by codec threads.
+  Mutex codec_mu_;
+  std::vector<CodecDone> codec_done_ ABSL_GUARDED_BY(codec_mu_);
+  std::atomic<bool> codec_posted_{false};
   // Set (under mu_) whenever a command is queued; read lock-free by the loop.
   std::atomic<bool> posted_{false};
 
@@ -557,6 +974,8 @@ class Engine::Impl {
   std::vector<CancelCmd> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<Direction, uint64_t>, bool> ids_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  // Last member: its threads are joined first on destruction.
+  std::unique_ptr<CodecPool> codec_;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -577,7 +996,7 @@ const EngineOptions& Engine::options() const { return impl_->options(); }
 
 absl::Status Engine::StartSend(SendSpec s) {
   return impl_->Start(Direction::kSend, s.transfer_id, std::move(s.source), s.chunk_bytes, s.deadline,
-                      std::move(s.counters), std::move(s.done), std::move(s.peer_address));
+                      std::move(s.counters), std::move(s.done), std::move(s.peer_address), s.codec);
 }
 
 absl::Status Engine::StartRecv(RecvSpec s) {

@@ -2,12 +2,22 @@
 // "receive that transfer into these segments" into chunks on a Transport.
 //
 // One thread owns the Transport and every job. Other threads only post
-// commands (Start*, Cancel) and read counters. Per transfer:
-//   sender:   gather chunk k into a staging slot + kvsum64 -> header -> send;
-//             up to `window` chunks in flight.
+// commands (Start*, Cancel) and read counters; codec work runs on a small pool
+// of codec threads. Per transfer:
+//   sender:   raw chunk: gather into a staging slot + kvsum64 -> header ->
+//             send. Compressed chunk: a codec thread gathers and encodes it
+//             (CPU codec) while the engine thread keeps sending earlier
+//             chunks; a chunk that does not shrink goes raw. Up to `window`
+//             chunks in flight (being encoded or on the wire).
 //   receiver: up to `window` receives posted into staging slots; on arrival:
-//             parse + validate header -> verify kvsum64 -> scatter into the
-//             destination. Unverified bytes never reach the destination.
+//             parse + validate header -> verify the kvsum64 of the bytes as
+//             sent -> raw: scatter into the destination; encoded: a codec
+//             thread decodes into the slot (the codec checks the kvsum64 of
+//             the decoded bytes) -> scatter. Unverified bytes never reach the
+//             destination.
+// Compression per transfer (CodecSpec): raw, compressed, or adaptive, which
+// compresses the fraction of chunks that balances codec and link time
+// (see Adaptive in engine.cc).
 // Staging memory is allocated once (bounded by `staging_bytes` per direction);
 // a job that finds no free slot waits for one. Every job ends exactly once, with
 // its `done` callback on the engine thread: OK, or the reason it failed
@@ -22,17 +32,40 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "kernels/codec.h"
 #include "transport/pipeline/segments.h"
 #include "transport/transport.h"
 
 namespace kvferry::pipeline {
 
-// Progress of one job, written by the engine thread, read by anyone.
+enum class Compression : uint8_t { kRaw = 0, kCompressed = 1, kAdaptive = 2 };
+const char* CompressionName(Compression c);
+// "raw", "compressed" or "adaptive".
+absl::StatusOr<Compression> ParseCompression(absl::string_view name);
+
+// How a sender codes its chunks. Receivers need nothing: chunks say so.
+struct CodecSpec {
+  Compression mode = Compression::kRaw;
+  codec::DType dtype = codec::DType::kBytes;
+  codec::Layout layout;  // channel hint for the KV-aware mode
+};
+
+// Adaptive mode: the fraction of chunks to compress, given the codec's input
+// rate (all codec threads), the link's wire rate (both bytes/s) and the ratio.
+double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio);
+
+// Progress and metrics of one job, written by the engine thread, read by anyone.
 struct TransferCounters {
-  std::atomic<uint64_t> bytes_done{0};
+  std::atomic<uint64_t> bytes_done{0};  // raw bytes sent / verified
   std::atomic<uint32_t> chunks_done{0};
   std::atomic<uint32_t> chunks_total{0};
+  std::atomic<uint64_t> wire_bytes{0};         // payload bytes on the wire
+  std::atomic<uint32_t> chunks_encoded{0};     // chunks that went as codec chunks
+  std::atomic<uint64_t> codec_ns{0};           // encode (send) / decode (receive) time, summed over threads
+  std::atomic<uint64_t> stalls{0};             // times a ready chunk waited for a staging slot
+  std::atomic<uint64_t> first_payload_ns{0};   // start -> first payload submitted / verified
 };
 
 using DoneCallback = std::function<void(absl::Status)>;
@@ -45,6 +78,7 @@ struct SendSpec {
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<TransferCounters> counters;  // optional
   DoneCallback done;
+  CodecSpec codec;
 };
 
 struct RecvSpec {
@@ -60,6 +94,7 @@ struct EngineOptions {
   uint64_t chunk_bytes = 1ull << 20;     // largest chunk payload
   uint64_t staging_bytes = 64ull << 20;  // per direction (send, receive)
   uint32_t window = 4;                   // chunks in flight per transfer
+  uint32_t codec_threads = 2;            // CPU codec threads (0: no compression; encoded chunks are refused)
 };
 
 struct EngineStats {
@@ -68,6 +103,9 @@ struct EngineStats {
   uint32_t active_sends = 0, active_recvs = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t staging_bytes_allocated = 0;
+  uint32_t codec_threads = 0;
+  // Adaptive mode's current estimates (0 until measured).
+  double codec_mbps_per_thread = 0, codec_ratio = 0;
 };
 
 enum class Direction { kSend, kRecv };
