@@ -121,8 +121,10 @@ absl::Status Client::ReleaseLease(const std::string& key) {
 }
 
 absl::StatusOr<uint64_t> Client::Pull(const v1::Ticket& ticket, uint64_t pool_id,
-                                      const std::vector<uint32_t>& block_ids, absl::Duration deadline) {
+                                      const std::vector<uint32_t>& block_ids, absl::Duration deadline,
+                                      v1::Compression compression) {
   v1::PullRequest req;
+  req.set_compression(compression);
   *req.mutable_ticket() = ticket;
   req.set_pool_id(pool_id);
   for (uint32_t b : block_ids) req.add_block_ids(b);

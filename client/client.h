@@ -81,8 +81,10 @@ class Client {
   absl::Status ReleaseLease(const std::string& transfer_key);
 
   // Starts a pull and returns its transfer id; deadline zero: the daemon's default.
+  // compression: RAW, COMPRESSED or ADAPTIVE; DEFAULT takes the daemon's --compression.
   absl::StatusOr<uint64_t> Pull(const v1::Ticket& ticket, uint64_t pool_id, const std::vector<uint32_t>& block_ids,
-                                absl::Duration deadline = absl::ZeroDuration());
+                                absl::Duration deadline = absl::ZeroDuration(),
+                                v1::Compression compression = v1::COMPRESSION_DEFAULT);
   absl::StatusOr<v1::TransferStatus> GetTransfer(uint64_t transfer_id);
   // Follows a transfer until it ends; `on_update` sees every status update.
   // Returns the final status (check its state: DONE or why not).

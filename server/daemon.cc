@@ -55,6 +55,38 @@ absl::Status ValidateKey(const std::string& key) {
 }
 
 // The receiver's view of a lease must match the lease exactly.
+// The sender's codec settings: the receiver's choice and the pool's element type
+// and block layout (the KV-aware mode's channel hint).
+pipeline::CodecSpec CodecSpecFor(v1::Compression c, const v1::KvLayout& layout) {
+  pipeline::CodecSpec spec;
+  switch (c) {
+    case v1::COMPRESSION_COMPRESSED:
+      spec.mode = pipeline::Compression::kCompressed;
+      break;
+    case v1::COMPRESSION_ADAPTIVE:
+      spec.mode = pipeline::Compression::kAdaptive;
+      break;
+    default:
+      spec.mode = pipeline::Compression::kRaw;
+  }
+  const int d = layout.dtype();
+  spec.dtype = d >= 1 && d <= 6 ? static_cast<codec::DType>(d) : codec::DType::kBytes;
+  spec.layout = {layout.block_tokens(), layout.num_heads(), layout.head_dim()};
+  return spec;
+}
+
+v1::Compression ToProto(pipeline::Compression c) {
+  switch (c) {
+    case pipeline::Compression::kRaw:
+      return v1::COMPRESSION_RAW;
+    case pipeline::Compression::kCompressed:
+      return v1::COMPRESSION_COMPRESSED;
+    case pipeline::Compression::kAdaptive:
+      return v1::COMPRESSION_ADAPTIVE;
+  }
+  return v1::COMPRESSION_RAW;
+}
+
 absl::Status MatchLease(const Lease& lease, uint32_t block_count, uint64_t segment_bytes, const v1::KvLayout& layout) {
   if (!SameLayout(lease.pool->layout, layout) || lease.pool->geometry.segment_bytes != segment_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat("layout mismatch: published %s, receiver expects %s",
@@ -323,15 +355,26 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     spec.chunk_bytes = req.chunk_bytes();
     spec.deadline = deadline;
     spec.counters = counters;
+    spec.codec = CodecSpecFor(req.compression(), lease->pool->layout);
+    const char* mode = pipeline::CompressionName(spec.codec.mode);
     // The callback holds the lease (and so the pool) until the job has ended.
-    spec.done = [this, lease, counters, resp, reactor, id, t0](absl::Status s) {
+    spec.done = [this, lease, counters, resp, reactor, id, t0, mode](absl::Status s) {
       leases_.Unclaim(lease->key, s.ok());
       resp->set_bytes_sent(counters->bytes_done.load());
       resp->set_chunks_sent(counters->chunks_done.load());
+      resp->set_wire_bytes(counters->wire_bytes.load());
+      resp->set_chunks_encoded(counters->chunks_encoded.load());
+      resp->set_encode_us(counters->codec_ns.load() / 1000);
+      resp->set_stalls(counters->stalls.load());
       const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
       if (s.ok()) {
-        KVF_XLOG(info, "peer", id, "sent {} bytes in {} chunks, {:.3f} s, {:.2f} GB/s", counters->bytes_done.load(),
-                 counters->chunks_done.load(), secs, counters->bytes_done.load() / 1e9 / std::max(secs, 1e-9));
+        const uint64_t raw = counters->bytes_done.load(), wire = counters->wire_bytes.load();
+        KVF_XLOG(info, "peer", id,
+                 "sent {} bytes in {} chunks ({}, {} encoded), {} on the wire (ratio {:.3f}), {:.3f} s, {:.2f} GB/s; "
+                 "encode {:.3f} s over codec threads, first payload after {:.3f} ms, {} stalls",
+                 raw, counters->chunks_done.load(), mode, counters->chunks_encoded.load(), wire,
+                 wire ? static_cast<double>(raw) / wire : 0.0, secs, raw / 1e9 / std::max(secs, 1e-9),
+                 counters->codec_ns.load() / 1e9, counters->first_payload_ns.load() / 1e6, counters->stalls.load());
       } else {
         KVF_XLOG(info, "peer", id, "send ended: {}", s.ToString());
       }
@@ -392,8 +435,25 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
       if (!gs.ok()) return FromGrpc(gs, absl::StrCat("publisher ", t.peer_address(), ": "));
     }
 
+    pipeline::Compression compression = options_.compression;
+    switch (req.compression()) {
+      case v1::COMPRESSION_DEFAULT:
+        break;
+      case v1::COMPRESSION_RAW:
+        compression = pipeline::Compression::kRaw;
+        break;
+      case v1::COMPRESSION_COMPRESSED:
+        compression = pipeline::Compression::kCompressed;
+        break;
+      case v1::COMPRESSION_ADAPTIVE:
+        compression = pipeline::Compression::kAdaptive;
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrFormat("unknown compression %d", req.compression()));
+    }
     auto segs = pool->Segments(blocks);
     auto rec = transfers_.Create(pool, t.peer_address(), segs.total());
+    rec->compression = compression;
     const uint64_t id = rec->id;
     const absl::Time t0 = absl::Now();
     pipeline::RecvSpec spec;
@@ -407,9 +467,13 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     spec.done = [this, id, pool, counters = rec->counters, t0](absl::Status s) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
       if (s.ok()) {
-        KVF_XLOG(info, "transfer", id, "done: {} bytes verified in {} chunks, {:.3f} s, {:.2f} GB/s",
-                 counters->bytes_done.load(), counters->chunks_done.load(), secs,
-                 counters->bytes_done.load() / 1e9 / std::max(secs, 1e-9));
+        const uint64_t raw = counters->bytes_done.load(), wire = counters->wire_bytes.load();
+        KVF_XLOG(info, "transfer", id,
+                 "done: {} bytes verified in {} chunks ({} encoded), {} on the wire (ratio {:.3f}), {:.3f} s, "
+                 "{:.2f} GB/s; decode {:.3f} s over codec threads, first payload after {:.3f} ms",
+                 raw, counters->chunks_done.load(), counters->chunks_encoded.load(), wire,
+                 wire ? static_cast<double>(raw) / wire : 0.0, secs, raw / 1e9 / std::max(secs, 1e-9),
+                 counters->codec_ns.load() / 1e9, counters->first_payload_ns.load() / 1e6);
       } else {
         KVF_XLOG(info, "transfer", id, "ended after {:.3f} s: {}", secs, s.ToString());
       }
@@ -430,6 +494,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     *call->req.mutable_layout() = t.layout();
     call->req.set_chunk_bytes(engine_->options().chunk_bytes);
     call->req.set_transport(engine_->capabilities().name);
+    call->req.set_compression(ToProto(compression));
     transfers_.SetCancelPeer(id, [call] { call->ctx.TryCancel(); });
     {
       MutexLock l(&calls_mu_);
@@ -439,6 +504,8 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
       if (!s.ok()) {
         // The sender gave up or vanished: end the receive with its reason.
         engine_->Cancel(pipeline::Direction::kRecv, id, FromGrpc(s, "sender: "));
+      } else {
+        transfers_.SetSenderMetrics(id, call->resp.encode_us(), call->resp.stalls());
       }
       MutexLock l(&calls_mu_);
       open_calls_.erase(call.get());
@@ -503,11 +570,13 @@ void Daemon::Shutdown() {
 std::string DescribeOptions(const DaemonOptions& o) {
   return absl::StrFormat(
       "listen = %s\nadvertise = %s\nrole = %s\nport_file = %s\nchunk_bytes = %d\nstaging_bytes_per_direction = %d\n"
-      "window = %d\ndefault_lease_ttl_ms = %d\nmax_lease_ttl_ms = %d\ndefault_deadline_ms = %d\nmax_deadline_ms = %d\n",
+      "window = %d\ncodec_threads = %d\ncompression = %s\n"
+      "default_lease_ttl_ms = %d\nmax_lease_ttl_ms = %d\ndefault_deadline_ms = %d\nmax_deadline_ms = %d\n",
       o.listen, o.advertise.empty() ? "(listen host:bound port)" : o.advertise, o.role,
       o.port_file.empty() ? "(none)" : o.port_file, o.engine.chunk_bytes, o.engine.staging_bytes, o.engine.window,
-      absl::ToInt64Milliseconds(o.default_lease_ttl), absl::ToInt64Milliseconds(o.max_lease_ttl),
-      absl::ToInt64Milliseconds(o.default_deadline), absl::ToInt64Milliseconds(o.max_deadline));
+      o.engine.codec_threads, pipeline::CompressionName(o.compression), absl::ToInt64Milliseconds(o.default_lease_ttl),
+      absl::ToInt64Milliseconds(o.max_lease_ttl), absl::ToInt64Milliseconds(o.default_deadline),
+      absl::ToInt64Milliseconds(o.max_deadline));
 }
 
 }  // namespace kvferry::server

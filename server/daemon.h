@@ -25,6 +25,8 @@ struct DaemonOptions {
   // If set, the bound port is written here (atomically) once serving.
   std::string port_file;
   pipeline::EngineOptions engine;
+  // Compression of pulls that do not choose one.
+  pipeline::Compression compression = pipeline::Compression::kAdaptive;
   absl::Duration default_lease_ttl = absl::Seconds(30);
   absl::Duration max_lease_ttl = absl::Minutes(10);
   absl::Duration default_deadline = absl::Seconds(60);

@@ -22,6 +22,12 @@ ABSL_FLAG(uint64_t, chunk_bytes, 1ull << 20, "Payload bytes per data-plane chunk
 ABSL_FLAG(uint64_t, staging_mib, 64,
           "Staging memory per direction (send, receive) in MiB, allocated at start; bounds chunks in flight.");
 ABSL_FLAG(uint32_t, window, 4, "Chunks in flight per transfer (1 .. 1024).");
+ABSL_FLAG(uint32_t, codec_threads, 2,
+          "CPU codec threads for compressed chunks (0 .. 64; 0 turns compression off and refuses encoded chunks).");
+ABSL_FLAG(std::string, compression, "adaptive",
+          "Compression of pulls that do not choose one: raw, compressed (every chunk through the codec; chunks "
+          "that do not shrink go raw) or adaptive (the fraction of chunks that balances codec and link "
+          "throughput, measured as the transfer runs).");
 ABSL_FLAG(uint32_t, lease_ttl_ms, 30000, "Default lease time for published blocks.");
 ABSL_FLAG(uint32_t, max_lease_ttl_ms, 600000, "Upper bound for a requested lease time.");
 ABSL_FLAG(uint32_t, deadline_ms, 60000, "Default deadline of a pull.");
@@ -52,6 +58,20 @@ int main(int argc, char** argv) {
   o.engine.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.engine.staging_bytes = absl::GetFlag(FLAGS_staging_mib) << 20;
   o.engine.window = absl::GetFlag(FLAGS_window);
+  o.engine.codec_threads = absl::GetFlag(FLAGS_codec_threads);
+  {
+    auto c = kvferry::pipeline::ParseCompression(absl::GetFlag(FLAGS_compression));
+    if (!c.ok()) {
+      std::fprintf(stderr, "kvferryd: --compression: %s\n", std::string(c.status().message()).c_str());
+      return 2;
+    }
+    o.compression = *c;
+    if (o.compression != kvferry::pipeline::Compression::kRaw && o.engine.codec_threads == 0) {
+      std::fprintf(stderr, "kvferryd: --compression=%s needs --codec_threads >= 1\n",
+                   kvferry::pipeline::CompressionName(o.compression));
+      return 2;
+    }
+  }
   o.default_lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.max_lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_max_lease_ttl_ms));
   o.default_deadline = absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));

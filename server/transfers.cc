@@ -39,6 +39,14 @@ std::shared_ptr<TransferTable::Record> TransferTable::Create(std::shared_ptr<Poo
   return r;
 }
 
+void TransferTable::SetSenderMetrics(uint64_t id, uint64_t encode_us, uint64_t stalls) {
+  MutexLock l(&mu_);
+  auto it = records_.find(id);
+  if (it == records_.end()) return;
+  it->second->sender_encode_us = encode_us;
+  it->second->sender_stalls = stalls;
+}
+
 void TransferTable::SetRunning(uint64_t id) {
   MutexLock l(&mu_);
   auto it = records_.find(id);
@@ -101,6 +109,25 @@ v1::TransferStatus TransferTable::ToProto(const Record& r) const {
   const absl::Time end = IsTerminal(r.state) ? r.ended : absl::Now();
   s.set_elapsed_us(static_cast<uint64_t>(absl::ToInt64Microseconds(end - r.started)));
   s.set_peer_address(r.peer);
+  switch (r.compression) {
+    case pipeline::Compression::kRaw:
+      s.set_compression(v1::COMPRESSION_RAW);
+      break;
+    case pipeline::Compression::kCompressed:
+      s.set_compression(v1::COMPRESSION_COMPRESSED);
+      break;
+    case pipeline::Compression::kAdaptive:
+      s.set_compression(v1::COMPRESSION_ADAPTIVE);
+      break;
+  }
+  const auto& c = *r.counters;
+  s.set_wire_bytes(c.wire_bytes.load(std::memory_order_relaxed));
+  s.set_chunks_encoded(c.chunks_encoded.load(std::memory_order_relaxed));
+  s.set_decode_us(c.codec_ns.load(std::memory_order_relaxed) / 1000);
+  s.set_first_payload_us(c.first_payload_ns.load(std::memory_order_relaxed) / 1000);
+  s.set_receiver_stalls(c.stalls.load(std::memory_order_relaxed));
+  s.set_encode_us(r.sender_encode_us);
+  s.set_sender_stalls(r.sender_stalls);
   return s;
 }
 

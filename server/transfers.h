@@ -30,12 +30,15 @@ class TransferTable {
     absl::Time started, ended;
     std::shared_ptr<pipeline::TransferCounters> counters = std::make_shared<pipeline::TransferCounters>();
     std::function<void()> cancel_peer;  // cancels the StartSend RPC, if one is open
+    pipeline::Compression compression = pipeline::Compression::kRaw;
+    uint64_t sender_encode_us = 0, sender_stalls = 0;  // reported when the sender's call returns
   };
 
   // New PENDING transfer with a fresh unique non-zero id.
   std::shared_ptr<Record> Create(std::shared_ptr<Pool> pool, std::string peer, uint64_t total_bytes);
   void SetRunning(uint64_t id);
   void SetCancelPeer(uint64_t id, std::function<void()> fn);
+  void SetSenderMetrics(uint64_t id, uint64_t encode_us, uint64_t stalls);
   // Ends a transfer from its outcome: OK -> DONE, CANCELLED -> CANCELLED,
   // DEADLINE_EXCEEDED -> EXPIRED, anything else -> FAILED. Returns false if it
   // had already ended.

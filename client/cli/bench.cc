@@ -28,6 +28,9 @@ ABSL_FLAG(uint32_t, iters, 0, "bench: iterations per size (0: auto, about 2 GiB 
 ABSL_FLAG(std::string, perftest, "ucx_perftest", "bench: ucx_perftest binary ('' to skip the baseline).");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file.");
 ABSL_FLAG(std::string, daemon_flags, "", "bench: extra kvferryd flags, space separated.");
+ABSL_FLAG(std::string, modes, "raw,compressed,adaptive",
+          "bench: compression modes to compare (raw, compressed, adaptive).");
+ABSL_FLAG(std::string, kv_dir, "", "bench: real bf16 KV captures (tools/kv_capture.py; default ~/.cache/kvferry/kv).");
 ABSL_FLAG(uint32_t, rounds, 3, "bench: rounds per size, alternating kvferry and ucx_perftest (medians reported).");
 
 namespace kvferry::cli {
@@ -129,6 +132,20 @@ int RunBench(const std::vector<std::string>&) {
     sizes.push_back(*v);
   }
   if (sizes.empty()) return std::cerr << "kvferry bench: no sizes\n", 2;
+  std::vector<std::pair<std::string, v1::Compression>> modes;
+  for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
+    if (m == "raw") {
+      modes.push_back({"raw", v1::COMPRESSION_RAW});
+    } else if (m == "compressed") {
+      modes.push_back({"compressed", v1::COMPRESSION_COMPRESSED});
+    } else if (m == "adaptive") {
+      modes.push_back({"adaptive", v1::COMPRESSION_ADAPTIVE});
+    } else {
+      std::cerr << "kvferry bench: --modes: '" << m << "' is not raw, compressed or adaptive\n";
+      return 2;
+    }
+  }
+  if (modes.empty()) return std::cerr << "kvferry bench: no modes\n", 2;
   const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   auto bin = FindKvferryd(absl::GetFlag(FLAGS_kvferryd));
   if (!bin.ok()) return std::cerr << "kvferry bench: " << bin.status() << "\n", 1;
@@ -157,88 +174,113 @@ int RunBench(const std::vector<std::string>&) {
     std::cerr << "kvferry bench: pool: " << (ppool.ok() ? dpool.status() : ppool.status()) << "\n";
     return 1;
   }
-  FillKvLike(**ppool, 7);
-  std::memset((*dpool)->base(), 0, (*dpool)->bytes());
+  std::string kv_dir = absl::GetFlag(FLAGS_kv_dir);
+  if (kv_dir.empty()) kv_dir = std::string(getenv("HOME") ? getenv("HOME") : ".") + "/.cache/kvferry/kv";
+  std::string data_name = "real bf16 KV from " + kv_dir;
+  if (const int files = FillRealKv(**ppool, kv_dir); files == 0) {
+    std::fprintf(stderr,
+                 "kvferry bench: WARNING: no real KV captures (*.bf16) in %s; using synthetic KV-like data "
+                 "(python3 tools/kv_capture.py writes real ones)\n",
+                 kv_dir.c_str());
+    FillKvLike(**ppool, 7);
+    data_name = "synthetic KV-like bf16";
+  }
 
   auto env = UcxLoopbackEnv();
-  std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s\n",
-              getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)");
-  std::printf("%10s %6s %12s %12s %16s %8s %s\n", "size", "iters/rd", "e2e GB/s", "xfer GB/s", "ucx_perftest GB/s",
-              "ratio", "verified");
+  std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s, data: %s\n",
+              getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
+  std::printf("%10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "size", "mode", "iters/rd", "e2e GB/s",
+              "xfer GB/s", "wire x", "encoded", "1st ms", "ucx_perftest GB/s", "ratio", "verified");
   const bool tty = isatty(2);
-  std::string json = "{\n  \"results\": [\n";
+  std::string json = absl::StrFormat("{\n  \"data\": \"%s\",\n  \"results\": [\n", data_name);
   int rc = 0;
+  bool first_row = true;
+  double base_gbps = 0;
   for (size_t si = 0; si < sizes.size(); ++si) {
-    const uint64_t size = sizes[si];
-    uint32_t iters = absl::GetFlag(FLAGS_iters);
-    if (iters == 0) iters = static_cast<uint32_t>(std::clamp<uint64_t>((2048 * kMiB) / size, 3, 50));
-    const uint32_t n = static_cast<uint32_t>(size / kMiB);
-    std::vector<uint32_t> ids(n);
-    for (uint32_t i = 0; i < n; ++i) ids[i] = i;
-    std::vector<double> e2e, xfer, base_runs;
-    bool verified = true;
-    const uint32_t rounds = std::max(1u, absl::GetFlag(FLAGS_rounds));
-    // Rounds alternate kvferry and ucx_perftest so that both see the same
-    // machine conditions; each reports the median of its samples.
-    for (uint32_t round = 0; round < rounds; ++round) {
-      for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (and verifies in round 0)
-        const absl::Time t0 = absl::Now();
-        auto ticket = (*pc)->Publish((*ppool)->id(), ids);
-        if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
-        auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids);
-        if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
-        auto last = (*dc)->Watch(*id);
-        const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-        if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
-          std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString())
-                    << "\n";
-          return 1;
-        }
-        if (it == 0) {
-          if (round == 0) {
-            for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+    for (size_t mi = 0; mi < modes.size(); ++mi) {
+      const uint64_t size = sizes[si];
+      const auto& [mode_name, mode] = modes[mi];
+      uint32_t iters = absl::GetFlag(FLAGS_iters);
+      if (iters == 0) iters = static_cast<uint32_t>(std::clamp<uint64_t>((2048 * kMiB) / size, 3, 50));
+      const uint32_t n = static_cast<uint32_t>(size / kMiB);
+      std::vector<uint32_t> ids(n);
+      for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+      std::vector<double> e2e, xfer, base_runs, wire_x, encoded, first_ms;
+      bool verified = true;
+      std::memset((*dpool)->base(), 0, (*dpool)->bytes());
+      const uint32_t rounds = std::max(1u, absl::GetFlag(FLAGS_rounds));
+      // Rounds alternate kvferry and ucx_perftest so that both see the same
+      // machine conditions; each reports the median of its samples.
+      for (uint32_t round = 0; round < rounds; ++round) {
+        for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (and verifies in round 0)
+          const absl::Time t0 = absl::Now();
+          auto ticket = (*pc)->Publish((*ppool)->id(), ids);
+          if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
+          auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids, absl::ZeroDuration(), mode);
+          if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
+          auto last = (*dc)->Watch(*id);
+          const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+          if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
+            std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString())
+                      << "\n";
+            return 1;
           }
-          continue;
+          if (it == 0) {
+            if (round == 0) {
+              for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+            }
+            continue;
+          }
+          e2e.push_back(size / 1e9 / secs);
+          xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
+          wire_x.push_back(last->wire_bytes() ? static_cast<double>(last->bytes_done()) / last->wire_bytes() : 0);
+          encoded.push_back(last->chunks_total() ? 100.0 * last->chunks_encoded() / last->chunks_total() : 0);
+          first_ms.push_back(last->first_payload_us() / 1e3);
+          if (tty) {
+            std::fprintf(stderr, "\r  %llu MiB %s: round %u/%u, %u/%u", static_cast<unsigned long long>(size / kMiB),
+                         mode_name.c_str(), round + 1, rounds, it, iters);
+          }
         }
-        e2e.push_back(size / 1e9 / secs);
-        xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
-        if (tty) {
-          std::fprintf(stderr, "\r  %llu MiB: round %u/%u, %u/%u", static_cast<unsigned long long>(size / kMiB),
-                       round + 1, rounds, it, iters);
+        if (!perftest.empty() && mi == 0) {  // one baseline per size
+          auto b = PerftestGBps(perftest, size, iters, *dir);
+          if (b.ok()) {
+            base_runs.push_back(*b);
+          } else {
+            std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
+          }
         }
       }
-      if (!perftest.empty()) {
-        auto b = PerftestGBps(perftest, size, iters, *dir);
-        if (b.ok()) {
-          base_runs.push_back(*b);
-        } else {
-          std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
-        }
-      }
+      if (tty) std::fprintf(stderr, "\r%50s\r", "");
+      auto median = [](std::vector<double>& v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+      };
+      if (mi == 0) base_gbps = median(base_runs);
+      const double med = median(e2e), med_x = median(xfer), base = base_gbps;
+      const double wx = median(wire_x), enc = median(encoded), fms = median(first_ms);
+      const std::string size_s =
+          size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
+      std::printf("%10s %-10s %6u %10.2f %10.2f %8.3f %7.0f%% %10.2f %16s %8s %s\n", size_s.c_str(), mode_name.c_str(),
+                  iters, med, med_x, wx, enc, fms, base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
+                  base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
+      std::fflush(stdout);
+      if (!verified) rc = 1;
+      json += absl::StrFormat(
+          "%s    {\"bytes\": %d, \"mode\": \"%s\", \"iters\": %d, \"e2e_gbps_median\": %.4f, "
+          "\"transfer_gbps_median\": %.4f, \"wire_ratio\": %.4f, \"encoded_chunks_pct\": %.1f, "
+          "\"first_payload_ms\": %.3f, \"ucx_perftest_gbps\": %.4f, \"ratio\": %.4f, \"verified\": %s}",
+          first_row ? "" : ",\n", size, mode_name, iters, med, med_x, wx, enc, fms, base, base > 0 ? med / base : 0.0,
+          verified ? "true" : "false");
+      first_row = false;
     }
-    if (tty) std::fprintf(stderr, "\r%50s\r", "");
-    auto median = [](std::vector<double>& v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v[v.size() / 2];
-    };
-    const double med = median(e2e), med_x = median(xfer), base = median(base_runs);
-    const std::string size_s =
-        size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
-    std::printf("%10s %6u %12.2f %12.2f %16s %8s %s\n", size_s.c_str(), iters, med, med_x,
-                base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
-                base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
-    std::fflush(stdout);
-    if (!verified) rc = 1;
-    json += absl::StrFormat(
-        "    {\"bytes\": %d, \"iters\": %d, \"e2e_gbps_median\": %.4f, \"transfer_gbps_median\": %.4f, "
-        "\"ucx_perftest_gbps\": %.4f, \"ratio\": %.4f, \"verified\": %s}%s\n",
-        size, iters, med, med_x, base, base > 0 ? med / base : 0.0, verified ? "true" : "false",
-        si + 1 < sizes.size() ? "," : "");
   }
+  json += "\n";
   json += "  ]\n}\n";
   std::printf(
       "e2e: Publish -> Pull -> done as seen by the decode worker (median); xfer: the daemon's transfer time;\n"
-      "ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over rounds (1 GB = 10^9 bytes).\n");
+      "wire x: raw bytes / bytes on the wire; encoded: chunks sent as codec chunks; 1st ms: transfer start to the\n"
+      "first verified payload at the receiver; ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over\n"
+      "rounds (1 GB = 10^9 bytes).\n");
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::ofstream f(absl::GetFlag(FLAGS_json));
     f << json;

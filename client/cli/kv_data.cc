@@ -1,7 +1,12 @@
 #include "client/cli/kv_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 namespace kvferry::cli {
@@ -87,6 +92,28 @@ bool SameBlock(const client::HostPool& pa, uint32_t a, const client::HostPool& p
     }
   }
   return true;
+}
+
+int FillRealKv(const client::HostPool& pool, const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".bf16") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<uint8_t> data;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    data.insert(data.end(), b.begin(), b.end());
+  }
+  if (data.size() < 2) return 0;
+  data.resize(data.size() & ~size_t{1});  // whole elements
+  uint8_t* p = pool.base();
+  for (uint64_t off = 0; off < pool.bytes(); off += data.size()) {
+    std::memcpy(p + off, data.data(), std::min<uint64_t>(data.size(), pool.bytes() - off));
+  }
+  return static_cast<int>(files.size());
 }
 
 }  // namespace kvferry::cli

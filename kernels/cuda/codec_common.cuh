@@ -31,12 +31,24 @@ struct ElemInfo {
 
 __device__ inline bool GetElemInfo(uint32_t dtype, ElemInfo* e) {
   switch (dtype) {
-    case 1: *e = {2, 8, 8, 7, false}; return true;
-    case 2: *e = {2, 5, 11, 10, false}; return true;
-    case 3: *e = {4, 8, 24, 23, false}; return true;
-    case 4: *e = {1, 4, 4, 3, false}; return true;
-    case 5: *e = {1, 5, 3, 2, false}; return true;
-    case 6: *e = {1, 8, 0, 0, true}; return true;
+    case 1:
+      *e = {2, 8, 8, 7, false};
+      return true;
+    case 2:
+      *e = {2, 5, 11, 10, false};
+      return true;
+    case 3:
+      *e = {4, 8, 24, 23, false};
+      return true;
+    case 4:
+      *e = {1, 4, 4, 3, false};
+      return true;
+    case 5:
+      *e = {1, 5, 3, 2, false};
+      return true;
+    case 6:
+      *e = {1, 8, 0, 0, true};
+      return true;
   }
   return false;
 }

@@ -250,8 +250,8 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
 constexpr int kWarpsPerBlock = 8;
 constexpr uint32_t kSeg = 512;  // symbols a warp decodes before writing them out (16 rounds)
 
-constexpr uint32_t kRingChunk = 64;             // words a lane group fetches at once (4 bytes a lane)
-constexpr uint32_t kRingChunks = 8;             // chunks resident per warp: 2 being read, 6 in flight
+constexpr uint32_t kRingChunk = 64;  // words a lane group fetches at once (4 bytes a lane)
+constexpr uint32_t kRingChunks = 8;  // chunks resident per warp: 2 being read, 6 in flight
 constexpr uint32_t kRing = kRingChunk * kRingChunks;
 
 struct DecodeShared {
@@ -422,7 +422,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
       const unsigned mask = __ballot_sync(0xffffffffu, need);
       const uint32_t word = ring[(wpos + __popc(mask & lt)) % kRing];  // every lane reads: no divergence
       x = need ? (y << 16) | word : (active ? y : x);
-      wpos += __popc(mask);  // < 32 a round: a round reads within chunks head, head + 1
+      wpos += __popc(mask);             // < 32 a round: a round reads within chunks head, head + 1
       if (wpos / kRingChunk != head) {  // chunk head consumed: refill its slot with chunk head + 8
         __syncwarp();
         fetch(head + kRingChunks);
@@ -526,9 +526,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
         sh.key, raw_aligned, gsum);
   } else {
     bad = DecodeCodedTile(
-        s, in, tile, size, begin, n,
-        [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); }, st, sh.ring[warp],
-        sh.key, raw_aligned, gsum);
+        s, in, tile, size, begin, n, [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); },
+        st, sh.ring[warp], sh.key, raw_aligned, gsum);
   }
   if (bad && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }

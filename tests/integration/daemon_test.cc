@@ -82,6 +82,54 @@ TEST_F(DaemonPairTest, PullMovesBlocksBitExactIntoOtherBlockIds) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound) << again.status();
 }
 
+// Two daemon processes, KV-like bf16 blocks, each compression mode: the
+// blocks arrive bit-exact and the transfer status carries the metrics.
+TEST(DaemonCompression, RawCompressedAndAdaptivePullsAreBitExactWithMetrics) {
+  auto prefill = Daemon::Start("prefill", {"--chunk_bytes=65536", "--codec_threads=2"});
+  auto decode = Daemon::Start("decode", {"--chunk_bytes=65536", "--codec_threads=2"});
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  auto src = prefill->client->CreateHostPool("src", SmallLayout(), 64);
+  auto dst = decode->client->CreateHostPool("dst", SmallLayout(), 64);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  cli::FillKvLike(**src, 3);
+  std::vector<uint32_t> blocks(64);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  for (v1::Compression mode : {v1::COMPRESSION_COMPRESSED, v1::COMPRESSION_ADAPTIVE, v1::COMPRESSION_RAW}) {
+    std::memset((*dst)->base(), 0, (*dst)->bytes());
+    auto ticket = prefill->client->Publish((*src)->id(), blocks);
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    auto id = decode->client->Pull(*ticket, (*dst)->id(), blocks, absl::Seconds(30), mode);
+    ASSERT_TRUE(id.ok()) << id.status();
+    auto last = decode->client->Watch(*id);
+    ASSERT_TRUE(last.ok()) << last.status();
+    ASSERT_EQ(last->state(), v1::TRANSFER_STATE_DONE) << last->error();
+    for (uint32_t b : blocks) ASSERT_TRUE(SameBlock(**src, b, **dst, b)) << v1::Compression_Name(mode) << " " << b;
+    EXPECT_EQ(last->compression(), mode);
+    EXPECT_EQ(last->chunks_total(), 32u);  // 2 MiB in 64 KiB chunks
+    EXPECT_GT(last->first_payload_us(), 0u);
+    if (mode == v1::COMPRESSION_COMPRESSED) {
+      EXPECT_EQ(last->chunks_encoded(), last->chunks_total());
+      EXPECT_LT(last->wire_bytes() * 1.1, last->bytes_done());
+      EXPECT_GT(last->decode_us(), 0u);
+      // The sender's figures arrive when its call returns.
+      absl::StatusOr<v1::TransferStatus> s = last;
+      for (int i = 0; i < 200 && s.ok() && s->encode_us() == 0; ++i) {
+        absl::SleepFor(absl::Milliseconds(10));
+        s = decode->client->GetTransfer(*id);
+      }
+      ASSERT_TRUE(s.ok());
+      EXPECT_GT(s->encode_us(), 0u);
+    } else if (mode == v1::COMPRESSION_RAW) {
+      EXPECT_EQ(last->chunks_encoded(), 0u);
+      EXPECT_EQ(last->wire_bytes(), last->bytes_done());
+    }
+  }
+  auto st = decode->client->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->recv_slots_free(), st->recv_slots());
+}
+
 TEST_F(DaemonPairTest, ManyConcurrentPullsAllArriveIntact) {
   auto src = Pool(prefill_.get(), "src", 64, 2);
   auto dst = Pool(decode_.get(), "dst", 64, 0);

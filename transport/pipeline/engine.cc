@@ -129,11 +129,14 @@ class CodecPool {
 // chunks evenly. C and R come from this engine's encodes (EWMA), L from the
 // job's own sends (wire bytes over the time sends were in flight) or, before
 // it has any, from the last job to the same peer. Unknown C or R: one probe
-// chunk is compressed while the others go raw. A small floor keeps measuring
-// C and R while f is 0.
+// chunk is compressed while the others go raw. Where the predicted speed-up
+// is under 15% the model's simplifications (in-flight window, codec threads
+// sharing cores with the engine, the receiver's decode) outweigh it, so f is
+// 0. C and R older than 10 s are measured again by one probe chunk.
 struct RateModel {
   double codec_bps = 0;  // per codec thread, input bytes/s
   double ratio = 0;
+  absl::Time measured_at = absl::InfinitePast();
   absl::flat_hash_map<std::string, double> link_bps;  // per peer, wire bytes/s
 
   void AddEncode(uint64_t in_bytes, uint64_t out_bytes, uint64_t ns) {
@@ -141,11 +144,13 @@ struct RateModel {
     const double rate = in_bytes * 1e9 / ns, r = static_cast<double>(in_bytes) / out_bytes;
     codec_bps = codec_bps == 0 ? rate : 0.8 * codec_bps + 0.2 * rate;
     ratio = ratio == 0 ? r : 0.8 * ratio + 0.2 * r;
+    measured_at = absl::Now();
   }
 };
 
-constexpr double kMinCompressedFraction = 1.0 / 64;
-
+constexpr double kMinAdaptiveGain = 1.15;
+// Codec rate and ratio older than this are measured again (one probe chunk).
+constexpr absl::Duration kCodecEstimateLifetime = absl::Seconds(10);
 
 struct Job {
   Direction dir;
@@ -176,7 +181,7 @@ struct Job {
   // A chunk in flight: its two messages (header, payload) complete separately.
   struct Slot {
     uint32_t seq = 0;  // send: the chunk; receive: the posting index, then the chunk being decoded
-    int pending = 2;  // messages, or 1 while a codec thread has the slot
+    int pending = 2;   // messages, or 1 while a codec thread has the slot
     bool in_codec = false;
     bool busy = false;  // send: counted in sends_in_flight
     size_t header_len = 0, payload_len = 0;
@@ -225,9 +230,13 @@ const char* CompressionName(Compression c) {
 }
 
 double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio) {
-  if (!(ratio > 1.0) || !(codec_bps > 0) || !(link_bps > 0)) return kMinCompressedFraction;
-  const double f = (1 / link_bps) / (1 / codec_bps + 1 / link_bps - 1 / (ratio * link_bps));
-  return std::clamp(f, kMinCompressedFraction, 1.0);
+  if (!(ratio > 1.0) || !(codec_bps > 0) || !(link_bps > 0)) return 0;
+  const double f = std::clamp((1 / link_bps) / (1 / codec_bps + 1 / link_bps - 1 / (ratio * link_bps)), 0.0, 1.0);
+  // The model ignores what the window, CPU contention and the receiver's
+  // decode cost: compress only where it promises a clear gain.
+  const double per_byte = std::max(f / codec_bps, (f / ratio + 1 - f) / link_bps);
+  if ((1 / link_bps) / per_byte < kMinAdaptiveGain) return 0;
+  return f;
 }
 
 absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
@@ -590,7 +599,8 @@ class Engine::Impl {
       case Compression::kAdaptive:
         break;
     }
-    if (rates_.codec_bps == 0 || rates_.ratio == 0) {  // probe: one chunk at a time
+    if (rates_.codec_bps == 0 || rates_.ratio == 0 ||
+        absl::Now() - rates_.measured_at > kCodecEstimateLifetime) {  // probe: one chunk at a time
       if (j->probe_pending) return false;
       j->probe_pending = true;
       return true;
@@ -714,10 +724,10 @@ class Engine::Impl {
       const uint64_t off = static_cast<uint64_t>(s.seq) * j->chunk_bytes;
       if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
       int posted = 0;
-      const absl::Status st = SubmitChunk(
-          j, d.slot,
-          ChunkHeader{j->id, s.seq, j->chunk_count, off, d.len, d.sum, d.encoded ? transport::kChunkEncoded : uint16_t{0}},
-          d.payload, &posted);
+      const absl::Status st = SubmitChunk(j, d.slot,
+                                          ChunkHeader{j->id, s.seq, j->chunk_count, off, d.len, d.sum,
+                                                      d.encoded ? transport::kChunkEncoded : uint16_t{0}},
+                                          d.payload, &posted);
       if (posted == 0) {
         j->inflight.erase(in);
         p.Give(d.slot);

@@ -61,11 +61,11 @@ struct TransferCounters {
   std::atomic<uint64_t> bytes_done{0};  // raw bytes sent / verified
   std::atomic<uint32_t> chunks_done{0};
   std::atomic<uint32_t> chunks_total{0};
-  std::atomic<uint64_t> wire_bytes{0};         // payload bytes on the wire
-  std::atomic<uint32_t> chunks_encoded{0};     // chunks that went as codec chunks
-  std::atomic<uint64_t> codec_ns{0};           // encode (send) / decode (receive) time, summed over threads
-  std::atomic<uint64_t> stalls{0};             // times a ready chunk waited for a staging slot
-  std::atomic<uint64_t> first_payload_ns{0};   // start -> first payload submitted / verified
+  std::atomic<uint64_t> wire_bytes{0};        // payload bytes on the wire
+  std::atomic<uint32_t> chunks_encoded{0};    // chunks that went as codec chunks
+  std::atomic<uint64_t> codec_ns{0};          // encode (send) / decode (receive) time, summed over threads
+  std::atomic<uint64_t> stalls{0};            // times a ready chunk waited for a staging slot
+  std::atomic<uint64_t> first_payload_ns{0};  // start -> first payload submitted / verified
 };
 
 using DoneCallback = std::function<void(absl::Status)>;
