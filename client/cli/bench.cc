@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cli/cluster.h"
@@ -28,6 +29,10 @@ ABSL_FLAG(uint32_t, iters, 0, "bench: iterations per size (0: auto, about 2 GiB 
 ABSL_FLAG(std::string, perftest, "ucx_perftest", "bench: ucx_perftest binary ('' to skip the baseline).");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file.");
 ABSL_FLAG(std::string, daemon_flags, "", "bench: extra kvferryd flags, space separated.");
+ABSL_FLAG(std::string, link, "",
+          "bench: shape the link to this rate (tc tbf syntax: 1gbit, 2500mbit, 10gbit). The decode daemon then runs "
+          "in its own network namespace, joined to the prefill daemon's by a veth pair shaped on both ends; "
+          "needs root and iproute2. Created and removed by the bench.");
 ABSL_FLAG(std::string, modes, "raw,compressed,adaptive",
           "bench: compression modes to compare (raw, compressed, adaptive).");
 ABSL_FLAG(std::string, kv_dir, "", "bench: real bf16 KV captures (tools/kv_capture.py; default ~/.cache/kvferry/kv).");
@@ -119,6 +124,63 @@ absl::StatusOr<double> PerftestGBps(const std::string& bin, uint64_t size, uint3
   return absl::UnavailableError("ucx_perftest produced no result");
 }
 
+// A veth pair between this namespace (10.231.0.1) and a new one (10.231.0.2),
+// both ends shaped with tbf to `rate`. Removed on destruction.
+class ShapedLink {
+ public:
+  ~ShapedLink() {
+    if (!ns_.empty()) Run({ip_, "netns", "del", ns_}, true);
+    if (!dev_.empty()) Run({ip_, "link", "del", dev_}, true);  // gone with the namespace normally
+  }
+  absl::Status Create(const std::string& rate) {
+    if (geteuid() != 0) return absl::PermissionDeniedError("--link needs root (network namespaces, tc)");
+    ip_ = Which("ip");
+    tc_ = Which("tc");
+    if (ip_.empty() || tc_.empty()) {
+      return absl::NotFoundError("--link needs iproute2's ip and tc (Debian: apt-get install iproute2)");
+    }
+    const std::string tag = std::to_string(getpid() % 100000);
+    const std::string ns = "kvferry-" + tag, a = "kvf" + tag + "a", b = "kvf" + tag + "b";
+    std::vector<std::vector<std::string>> steps = {
+        {ip_, "netns", "add", ns},
+        {ip_, "link", "add", a, "type", "veth", "peer", "name", b},
+        {ip_, "link", "set", b, "netns", ns},
+        {ip_, "addr", "add", "10.231.0.1/24", "dev", a},
+        {ip_, "link", "set", a, "up"},
+        {ip_, "netns", "exec", ns, ip_, "addr", "add", "10.231.0.2/24", "dev", b},
+        {ip_, "netns", "exec", ns, ip_, "link", "set", b, "up"},
+        {ip_, "netns", "exec", ns, ip_, "link", "set", "lo", "up"},
+        {tc_, "qdisc", "add", "dev", a, "root", "tbf", "rate", rate, "burst", "1mbit", "latency", "50ms"},
+        {ip_, "netns", "exec", ns, tc_, "qdisc", "add", "dev", b, "root", "tbf", "rate", rate, "burst", "1mbit",
+         "latency", "50ms"},
+    };
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (i == 1) ns_ = ns;
+      if (i == 2) dev_ = a;
+      auto st = Run(steps[i], false);
+      if (!st.ok()) return st;
+    }
+    here_dev_ = a;
+    there_dev_ = b;
+    return absl::OkStatus();
+  }
+  const std::string& ns() const { return ns_; }
+  const std::string& ip() const { return ip_; }
+  const std::string& here_dev() const { return here_dev_; }
+  const std::string& there_dev() const { return there_dev_; }
+
+ private:
+  static absl::Status Run(const std::vector<std::string>& argv, bool quiet) {
+    auto child = ChildProcess::Spawn(argv, {}, quiet ? "/dev/null" : "");
+    if (!child.ok()) return child.status();
+    if (child->Wait(absl::Seconds(20)) != 0) {
+      return absl::InternalError(absl::StrCat("'", absl::StrJoin(argv, " "), "' failed"));
+    }
+    return absl::OkStatus();
+  }
+  std::string ip_, tc_, ns_, dev_, here_dev_, there_dev_;
+};
+
 }  // namespace
 
 int RunBench(const std::vector<std::string>&) {
@@ -159,7 +221,21 @@ int RunBench(const std::vector<std::string>&) {
   }
 
   std::vector<std::string> extra = absl::StrSplit(absl::GetFlag(FLAGS_daemon_flags), ' ', absl::SkipEmpty());
-  auto daemons = StartLocalDaemons(*bin, {"prefill", "decode"}, *dir, extra);
+  ShapedLink link;
+  absl::StatusOr<std::vector<LocalDaemon>> daemons;
+  const std::string link_rate = absl::GetFlag(FLAGS_link);
+  if (!link_rate.empty()) {
+    if (auto st = link.Create(link_rate); !st.ok()) return std::cerr << "kvferry bench: --link: " << st << "\n", 1;
+    auto env = [](const std::string& dev) {
+      return std::vector<std::string>{"UCX_TLS=tcp", "UCX_NET_DEVICES=" + dev, "UCX_WARN_UNUSED_ENV_VARS=n"};
+    };
+    daemons = StartDaemons(*bin,
+                           {{"prefill", "10.231.0.1", {}, env(link.here_dev())},
+                            {"decode", "10.231.0.2", {link.ip(), "netns", "exec", link.ns()}, env(link.there_dev())}},
+                           *dir, extra);
+  } else {
+    daemons = StartLocalDaemons(*bin, {"prefill", "decode"}, *dir, extra);
+  }
   if (!daemons.ok()) return std::cerr << "kvferry bench: " << daemons.status() << "\n", 1;
   auto pc = client::Client::Connect((*daemons)[0].address);
   auto dc = client::Client::Connect((*daemons)[1].address);
@@ -187,8 +263,14 @@ int RunBench(const std::vector<std::string>&) {
   }
 
   auto env = UcxLoopbackEnv();
-  std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s, data: %s\n",
-              getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
+  if (link_rate.empty()) {
+    std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s, data: %s\n",
+                getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
+  } else {
+    std::printf("kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), host pools, "
+                "UCX tcp, data: %s\n",
+                link_rate.c_str(), data_name.c_str());
+  }
   std::printf("%10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "size", "mode", "iters/rd", "e2e GB/s",
               "xfer GB/s", "wire x", "encoded", "1st ms", "ucx_perftest GB/s", "ratio", "verified");
   const bool tty = isatty(2);

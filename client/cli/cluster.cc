@@ -35,23 +35,36 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalDaemons(const std::string& kv
                                                            const std::vector<std::string>& roles,
                                                            const std::string& workdir,
                                                            const std::vector<std::string>& extra_flags) {
+  std::vector<DaemonLaunch> launches;
+  for (const auto& role : roles) launches.push_back({role, "127.0.0.1", {}, UcxLoopbackEnv()});
+  return StartDaemons(kvferryd, launches, workdir, extra_flags);
+}
+
+absl::StatusOr<std::vector<LocalDaemon>> StartDaemons(const std::string& kvferryd,
+                                                      const std::vector<DaemonLaunch>& launches,
+                                                      const std::string& workdir,
+                                                      const std::vector<std::string>& extra_flags) {
   std::vector<LocalDaemon> out;
-  for (const auto& role : roles) {
+  for (const auto& l : launches) {
     LocalDaemon d;
-    d.role = role;
-    d.log_path = absl::StrCat(workdir, "/", role, ".log");
-    const std::string port_file = absl::StrCat(workdir, "/", role, ".port");
-    std::vector<std::string> argv = {kvferryd, "--listen=127.0.0.1:0", "--port_file=" + port_file, "--role=" + role};
+    d.role = l.role;
+    d.log_path = absl::StrCat(workdir, "/", l.role, ".log");
+    const std::string port_file = absl::StrCat(workdir, "/", l.role, ".port");
+    std::vector<std::string> argv = l.prefix;
+    for (const std::string& a : {kvferryd, "--listen=" + l.host + ":0", "--port_file=" + port_file,
+                                 "--role=" + l.role}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    auto child = ChildProcess::Spawn(argv, UcxLoopbackEnv(), d.log_path);
+    auto child = ChildProcess::Spawn(argv, l.env, d.log_path);
     if (!child.ok()) return child.status();
     d.process = std::move(child).value();
     auto port = WaitForPortFile(port_file, &d.process, absl::Seconds(20));
     if (!port.ok()) {
       return absl::Status(port.status().code(),
-                          absl::StrCat(role, " daemon: ", port.status().message(), " (log: ", d.log_path, ")"));
+                          absl::StrCat(l.role, " daemon: ", port.status().message(), " (log: ", d.log_path, ")"));
     }
-    d.address = absl::StrCat("127.0.0.1:", *port);
+    d.address = absl::StrCat(l.host, ":", *port);
     out.push_back(std::move(d));
   }
   return out;

@@ -11,7 +11,7 @@ namespace kvferry::cli {
 
 struct LocalDaemon {
   std::string role;
-  std::string address;  // 127.0.0.1:port
+  std::string address;  // host:port
   std::string log_path;
   ChildProcess process;
 };
@@ -25,6 +25,18 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalDaemons(const std::string& kv
                                                            const std::vector<std::string>& roles,
                                                            const std::string& workdir,
                                                            const std::vector<std::string>& extra_flags = {});
+
+// How to start one daemon of StartDaemons.
+struct DaemonLaunch {
+  std::string role;
+  std::string host = "127.0.0.1";      // listen address (port 0)
+  std::vector<std::string> prefix;     // e.g. {"ip", "netns", "exec", NS}
+  std::vector<std::string> env;        // UCX environment
+};
+absl::StatusOr<std::vector<LocalDaemon>> StartDaemons(const std::string& kvferryd,
+                                                      const std::vector<DaemonLaunch>& launches,
+                                                      const std::string& workdir,
+                                                      const std::vector<std::string>& extra_flags = {});
 
 // Environment used for UCX processes started by the CLI.
 std::vector<std::string> UcxLoopbackEnv();
