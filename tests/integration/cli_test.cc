@@ -2,6 +2,7 @@
 // pull/get flow between two real daemons, and clear failures on bad usage.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -83,6 +84,47 @@ TEST(Cli, PoolPublishPullGetBetweenTwoDaemons) {
     const size_t s = o.find("shm /");
     if (s != std::string::npos) shm_unlink(o.substr(s + 4, o.find(',', s) - s - 4).c_str());
   }
+}
+
+// `kvferry bench --link`: the decode daemon in its own network namespace
+// behind a tc-shaped veth pair; every mode delivers bit-exact, and the bench
+// removes what it created. Needs root and network namespaces.
+TEST(Cli, BenchComparesModesOverAShapedLinkAndCleansUp) {
+  auto ns_list = [] {
+    CliRun r{-1, ""};
+    const std::string log = absl::StrCat(TmpDir(), "/netns.log");
+    auto c = ChildProcess::Spawn({"/usr/sbin/ip", "netns", "list"}, {}, log);
+    if (!c.ok()) return std::string("?");
+    c->Wait(absl::Seconds(10));
+    std::ifstream f(log);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  if (geteuid() != 0 || access("/usr/sbin/ip", X_OK) != 0 || access("/usr/sbin/tc", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and iproute2";
+  }
+  {
+    const std::string probe = absl::StrCat("kvferry-probe-", getpid());
+    auto add = ChildProcess::Spawn({"/usr/sbin/ip", "netns", "add", probe}, {}, "/dev/null");
+    if (!add.ok() || add->Wait(absl::Seconds(10)) != 0) GTEST_SKIP() << "network namespaces not available here";
+    auto del = ChildProcess::Spawn({"/usr/sbin/ip", "netns", "del", probe}, {}, "/dev/null");
+    ASSERT_TRUE(del.ok());
+    del->Wait(absl::Seconds(10));
+  }
+  CliRun r = Cli({"bench", "--kvferryd=server/kvferryd", "--link=1gbit", "--sizes=1M", "--iters=1", "--rounds=1",
+                  "--perftest="},
+                 absl::Seconds(120));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("two network namespaces, veth shaped to 1gbit"), std::string::npos) << r.output;
+  for (const char* mode : {" raw ", " compressed ", " adaptive "}) {
+    EXPECT_NE(r.output.find(mode), std::string::npos) << mode << "\n" << r.output;
+  }
+  size_t exact = 0;
+  for (size_t at = r.output.find("bit-exact"); at != std::string::npos; at = r.output.find("bit-exact", at + 1)) {
+    ++exact;
+  }
+  EXPECT_EQ(exact, 3u) << r.output;
+  EXPECT_EQ(r.output.find("MISMATCH"), std::string::npos) << r.output;
+  EXPECT_EQ(ns_list().find(absl::StrCat("kvferry-")), std::string::npos) << "namespace left behind";
 }
 
 TEST(Cli, BadUsageFailsClearly) {
