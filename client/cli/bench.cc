@@ -267,9 +267,10 @@ int RunBench(const std::vector<std::string>&) {
     std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s, data: %s\n",
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
   } else {
-    std::printf("kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), host pools, "
-                "UCX tcp, data: %s\n",
-                link_rate.c_str(), data_name.c_str());
+    std::printf(
+        "kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), host pools, "
+        "UCX tcp, data: %s\n",
+        link_rate.c_str(), data_name.c_str());
   }
   std::printf("%10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "size", "mode", "iters/rd", "e2e GB/s",
               "xfer GB/s", "wire x", "encoded", "1st ms", "ucx_perftest GB/s", "ratio", "verified");

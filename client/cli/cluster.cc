@@ -51,8 +51,8 @@ absl::StatusOr<std::vector<LocalDaemon>> StartDaemons(const std::string& kvferry
     d.log_path = absl::StrCat(workdir, "/", l.role, ".log");
     const std::string port_file = absl::StrCat(workdir, "/", l.role, ".port");
     std::vector<std::string> argv = l.prefix;
-    for (const std::string& a : {kvferryd, "--listen=" + l.host + ":0", "--port_file=" + port_file,
-                                 "--role=" + l.role}) {
+    for (const std::string& a :
+         {kvferryd, "--listen=" + l.host + ":0", "--port_file=" + port_file, "--role=" + l.role}) {
       argv.push_back(a);
     }
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());

@@ -29,9 +29,9 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalDaemons(const std::string& kv
 // How to start one daemon of StartDaemons.
 struct DaemonLaunch {
   std::string role;
-  std::string host = "127.0.0.1";      // listen address (port 0)
-  std::vector<std::string> prefix;     // e.g. {"ip", "netns", "exec", NS}
-  std::vector<std::string> env;        // UCX environment
+  std::string host = "127.0.0.1";   // listen address (port 0)
+  std::vector<std::string> prefix;  // e.g. {"ip", "netns", "exec", NS}
+  std::vector<std::string> env;     // UCX environment
 };
 absl::StatusOr<std::vector<LocalDaemon>> StartDaemons(const std::string& kvferryd,
                                                       const std::vector<DaemonLaunch>& launches,

@@ -110,9 +110,9 @@ TEST(Cli, BenchComparesModesOverAShapedLinkAndCleansUp) {
     ASSERT_TRUE(del.ok());
     del->Wait(absl::Seconds(10));
   }
-  CliRun r = Cli({"bench", "--kvferryd=server/kvferryd", "--link=1gbit", "--sizes=1M", "--iters=1", "--rounds=1",
-                  "--perftest="},
-                 absl::Seconds(120));
+  CliRun r = Cli(
+      {"bench", "--kvferryd=server/kvferryd", "--link=1gbit", "--sizes=1M", "--iters=1", "--rounds=1", "--perftest="},
+      absl::Seconds(120));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("two network namespaces, veth shaped to 1gbit"), std::string::npos) << r.output;
   for (const char* mode : {" raw ", " compressed ", " adaptive "}) {

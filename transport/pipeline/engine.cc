@@ -124,6 +124,10 @@ class CodecPool {
 // of link time; the two run in parallel, so the transfer is fastest where they
 // are equal:
 //     f = (1 / L) / (1 / C + 1 / L - 1 / (R L)),   clamped to [0, 1].
+// C is the smaller of (per-thread rate x threads) and the measured aggregate
+// (input bytes over the time any encode ran), which shows cores shared with
+// other work. L is the best of the job's rate and the peer's recent best, as
+// a receiver busy decoding slows sends and would hide the link's capacity.
 // f = 1 when the codec is much faster than the link, f -> 0 when it is much
 // slower or the data does not shrink. A credit counter spreads the compressed
 // chunks evenly. C and R come from this engine's encodes (EWMA), L from the
@@ -138,6 +142,17 @@ struct RateModel {
   double ratio = 0;
   absl::Time measured_at = absl::InfinitePast();
   absl::flat_hash_map<std::string, double> link_bps;  // per peer, wire bytes/s
+
+  // All encodes together: input bytes over the time any encode was running.
+  // Lower than codec_bps x threads when the threads share cores with other
+  // work (the engine, the receiver's decode on the same host).
+  uint64_t agg_bytes = 0;
+  absl::Duration agg_busy;
+  uint32_t agg_count = 0;
+  double Aggregate() const {
+    const double secs = absl::ToDoubleSeconds(agg_busy);
+    return agg_count >= 2 && secs > 0 ? agg_bytes / secs : 0;
+  }
 
   void AddEncode(uint64_t in_bytes, uint64_t out_bytes, uint64_t ns) {
     if (ns == 0 || out_bytes == 0) return;
@@ -521,6 +536,7 @@ class Engine::Impl {
         s.in_codec = true;
         ++j->next_seq;
         ++in_codec_;
+        if (encodes_++ == 0) encode_busy_since_ = absl::Now();
         PostEncode(j, slot, seq, buf);
         did = true;
         continue;
@@ -605,21 +621,25 @@ class Engine::Impl {
       j->probe_pending = true;
       return true;
     }
+    // The link's capacity: a receiver busy decoding slows the sends down and
+    // would make the link look slower than it is, so take the best of this
+    // job's rate and the peer's recent best.
     double link = 0;
     if (j->sends_done >= 2) {
       const double secs = absl::ToDoubleSeconds(LinkBusy(*j));
       if (secs > 0) link = j->wire_done / secs;
     }
-    if (link == 0) {
-      auto it = rates_.link_bps.find(j->peer_address);
-      if (it != rates_.link_bps.end()) link = it->second;
+    if (auto it = rates_.link_bps.find(j->peer_address); it != rates_.link_bps.end()) {
+      link = std::max(link, it->second);
     }
     if (link == 0) {  // nothing known about this link yet: probe like above
       if (j->probe_pending) return false;
       j->probe_pending = true;
       return true;
     }
-    j->credit += AdaptiveCompressedFraction(rates_.codec_bps * codec_->size(), link, rates_.ratio);
+    double codec_rate = rates_.codec_bps * codec_->size();
+    if (const double agg = rates_.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
+    j->credit += AdaptiveCompressedFraction(codec_rate, link, rates_.ratio);
     if (j->credit < 1) return false;
     j->credit -= 1;
     return true;
@@ -716,6 +736,9 @@ class Engine::Impl {
     if (j->dir == Direction::kSend) {
       if (j->codec.mode == Compression::kAdaptive && j->probe_pending) j->probe_pending = false;
       if (d.encoded_len != 0) rates_.AddEncode(d.raw_len, d.encoded_len, d.ns);
+      rates_.agg_bytes += d.raw_len;
+      ++rates_.agg_count;
+      if (--encodes_ == 0) rates_.agg_busy += absl::Now() - encode_busy_since_;
       if (j->ending) {
         j->inflight.erase(in);
         p.Give(d.slot);
@@ -926,8 +949,7 @@ class Engine::Impl {
         if (secs > 0) {
           double& l = rates_.link_bps[j->peer_address];
           if (rates_.link_bps.size() > 4096) rates_.link_bps.clear();
-          const double now_bps = j->wire_done / secs;
-          l = l == 0 ? now_bps : 0.5 * l + 0.5 * now_bps;
+          l = std::max(0.9 * l, j->wire_done / secs);  // the recent best
         }
       }
       if (!j->result.ok()) {
@@ -969,6 +991,8 @@ class Engine::Impl {
   bool stopping_ = false;
   uint64_t second_off_ = 0;  // slot offset of the encoded (send) / decoded (receive) chunk
   uint32_t in_codec_ = 0;    // slots a codec thread is working on
+  uint32_t encodes_ = 0;     // of which encodes
+  absl::Time encode_busy_since_;
   RateModel rates_;
   // Codec results, posted by codec threads.
   Mutex codec_mu_;
