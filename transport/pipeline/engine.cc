@@ -164,6 +164,7 @@ struct RateModel {
 };
 
 constexpr double kMinAdaptiveGain = 1.15;
+constexpr uint32_t kMinSendsForLinkEstimate = 8;
 // Codec rate and ratio older than this are measured again (one probe chunk).
 constexpr absl::Duration kCodecEstimateLifetime = absl::Seconds(10);
 
@@ -625,7 +626,7 @@ class Engine::Impl {
     // would make the link look slower than it is, so take the best of this
     // job's rate and the peer's recent best.
     double link = 0;
-    if (j->sends_done >= 2) {
+    if (j->sends_done >= kMinSendsForLinkEstimate) {  // the first sends include connection set-up
       const double secs = absl::ToDoubleSeconds(LinkBusy(*j));
       if (secs > 0) link = j->wire_done / secs;
     }
