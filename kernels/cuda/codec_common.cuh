@@ -142,6 +142,17 @@ __device__ __forceinline__ uint32_t Unpack(const uint8_t* packed, uint64_t i, ui
   return (v >> shift) & ((1u << width) - 1);
 }
 
+// Inclusive prefix sum of v over the lanes of the calling (full) warp.
+template <typename T>
+__device__ __forceinline__ T WarpInclusiveScan(T v) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o *= 2) {
+    const T t = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += t;
+  }
+  return v;
+}
+
 // Exclusive prefix sum of v over the calling block (all threads call it;
 // blockDim.x a multiple of 32, at most 1024). *total gets the block's sum.
 template <typename T>
@@ -149,20 +160,12 @@ __device__ T BlockExclusiveScan(T v, T* total) {
   __shared__ T warp_excl[32];
   __shared__ T block_total;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  T incl = v;
-  for (int o = 1; o < 32; o *= 2) {
-    const T t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const T incl = WarpInclusiveScan(v);
   if (lane == 31) warp_excl[warp] = incl;
   __syncthreads();
   if (warp == 0) {
     const T w = lane < warps ? warp_excl[lane] : T{0};
-    T wi = w;
-    for (int o = 1; o < 32; o *= 2) {
-      const T t = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += t;
-    }
+    const T wi = WarpInclusiveScan(w);
     if (lane < warps) warp_excl[lane] = wi - w;
     if (lane == 31) block_total = wi;
   }

@@ -189,11 +189,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
   for (uint32_t t = threadIdx.x / 32; t < s.tables; t += blockDim.x / 32) {
     uint32_t mine = 0;
     for (uint32_t k = 0; k < 8; ++k) mine += sfreq[t][8 * lane + k];
-    uint32_t incl = mine;
-    for (int o = 1; o < 32; o *= 2) {
-      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
+    const uint32_t incl = WarpInclusiveScan(mine);
     uint32_t cum = incl - mine;
     for (uint32_t k = 0; k < 8; ++k) {
       scum[t][8 * lane + k] = static_cast<uint16_t>(min(cum, kM));

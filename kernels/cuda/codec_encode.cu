@@ -291,12 +291,7 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8]) {
       f[k] = min(f[k], level);
       at_level += f[k] == level ? 1 : 0;
     }
-    uint32_t before = at_level;  // inclusive scan over lanes
-    for (int o = 1; o < 32; o *= 2) {
-      const uint32_t t = __shfl_up_sync(0xffffffffu, before, o);
-      if (lane >= o) before += t;
-    }
-    before -= at_level;
+    uint32_t before = WarpInclusiveScan(at_level) - at_level;
     for (int k = 0; k < 8; ++k) {
       if (f[k] == level) {
         if (before < r) --f[k];
@@ -507,12 +502,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
       f[k] = freq[first + t][8 * lane + k];
       run += f[k];
     }
-    uint32_t incl = run;
-    for (int o = 1; o < 32; o *= 2) {
-      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    uint32_t cum = incl - run;
+    uint32_t cum = WarpInclusiveScan(run) - run;
     for (int k = 0; k < 8; ++k) {
       const uint64_t at = (c * 16ull + t) * 256 + 8 * lane + k;
       ws.enc[at] = f[k] | cum << 16;
