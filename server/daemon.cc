@@ -54,39 +54,19 @@ absl::Status ValidateKey(const std::string& key) {
   return absl::OkStatus();
 }
 
-// The receiver's view of a lease must match the lease exactly.
-// The sender's codec settings: the receiver's choice and the pool's element type
-// and block layout (the KV-aware mode's channel hint).
+// The sender's codec settings: the receiver's choice (anything but COMPRESSED
+// or ADAPTIVE sends raw) and the pool's element type and block layout (the
+// KV-aware mode's channel hint).
 pipeline::CodecSpec CodecSpecFor(v1::Compression c, const v1::KvLayout& layout) {
   pipeline::CodecSpec spec;
-  switch (c) {
-    case v1::COMPRESSION_COMPRESSED:
-      spec.mode = pipeline::Compression::kCompressed;
-      break;
-    case v1::COMPRESSION_ADAPTIVE:
-      spec.mode = pipeline::Compression::kAdaptive;
-      break;
-    default:
-      spec.mode = pipeline::Compression::kRaw;
-  }
+  spec.mode = CompressionFromProto(c, pipeline::Compression::kRaw).value_or(pipeline::Compression::kRaw);
   const int d = layout.dtype();
   spec.dtype = d >= 1 && d <= 6 ? static_cast<codec::DType>(d) : codec::DType::kBytes;
   spec.layout = {layout.block_tokens(), layout.num_heads(), layout.head_dim()};
   return spec;
 }
 
-v1::Compression ToProto(pipeline::Compression c) {
-  switch (c) {
-    case pipeline::Compression::kRaw:
-      return v1::COMPRESSION_RAW;
-    case pipeline::Compression::kCompressed:
-      return v1::COMPRESSION_COMPRESSED;
-    case pipeline::Compression::kAdaptive:
-      return v1::COMPRESSION_ADAPTIVE;
-  }
-  return v1::COMPRESSION_RAW;
-}
-
+// The receiver's view of a lease must match the lease exactly.
 absl::Status MatchLease(const Lease& lease, uint32_t block_count, uint64_t segment_bytes, const v1::KvLayout& layout) {
   if (!SameLayout(lease.pool->layout, layout) || lease.pool->geometry.segment_bytes != segment_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat("layout mismatch: published %s, receiver expects %s",
@@ -435,22 +415,8 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
       if (!gs.ok()) return FromGrpc(gs, absl::StrCat("publisher ", t.peer_address(), ": "));
     }
 
-    pipeline::Compression compression = options_.compression;
-    switch (req.compression()) {
-      case v1::COMPRESSION_DEFAULT:
-        break;
-      case v1::COMPRESSION_RAW:
-        compression = pipeline::Compression::kRaw;
-        break;
-      case v1::COMPRESSION_COMPRESSED:
-        compression = pipeline::Compression::kCompressed;
-        break;
-      case v1::COMPRESSION_ADAPTIVE:
-        compression = pipeline::Compression::kAdaptive;
-        break;
-      default:
-        return absl::InvalidArgumentError(absl::StrFormat("unknown compression %d", req.compression()));
-    }
+    KVF_ASSIGN_OR_RETURN(const pipeline::Compression compression,
+                         CompressionFromProto(req.compression(), options_.compression));
     auto segs = pool->Segments(blocks);
     auto rec = transfers_.Create(pool, t.peer_address(), segs.total());
     rec->compression = compression;
@@ -494,7 +460,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     *call->req.mutable_layout() = t.layout();
     call->req.set_chunk_bytes(engine_->options().chunk_bytes);
     call->req.set_transport(engine_->capabilities().name);
-    call->req.set_compression(ToProto(compression));
+    call->req.set_compression(CompressionToProto(compression));
     transfers_.SetCancelPeer(id, [call] { call->ctx.TryCancel(); });
     {
       MutexLock l(&calls_mu_);

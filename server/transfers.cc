@@ -109,17 +109,7 @@ v1::TransferStatus TransferTable::ToProto(const Record& r) const {
   const absl::Time end = IsTerminal(r.state) ? r.ended : absl::Now();
   s.set_elapsed_us(static_cast<uint64_t>(absl::ToInt64Microseconds(end - r.started)));
   s.set_peer_address(r.peer);
-  switch (r.compression) {
-    case pipeline::Compression::kRaw:
-      s.set_compression(v1::COMPRESSION_RAW);
-      break;
-    case pipeline::Compression::kCompressed:
-      s.set_compression(v1::COMPRESSION_COMPRESSED);
-      break;
-    case pipeline::Compression::kAdaptive:
-      s.set_compression(v1::COMPRESSION_ADAPTIVE);
-      break;
-  }
+  s.set_compression(CompressionToProto(r.compression));
   const auto& c = *r.counters;
   s.set_wire_bytes(c.wire_bytes.load(std::memory_order_relaxed));
   s.set_chunks_encoded(c.chunks_encoded.load(std::memory_order_relaxed));
@@ -181,6 +171,33 @@ TransferTable::Counts TransferTable::counts() const {
   c.failed = failed_;
   c.bytes_received = bytes_received_;
   return c;
+}
+
+v1::Compression CompressionToProto(pipeline::Compression c) {
+  switch (c) {
+    case pipeline::Compression::kRaw:
+      return v1::COMPRESSION_RAW;
+    case pipeline::Compression::kCompressed:
+      return v1::COMPRESSION_COMPRESSED;
+    case pipeline::Compression::kAdaptive:
+      return v1::COMPRESSION_ADAPTIVE;
+  }
+  return v1::COMPRESSION_RAW;
+}
+
+absl::StatusOr<pipeline::Compression> CompressionFromProto(v1::Compression c, pipeline::Compression fallback) {
+  switch (c) {
+    case v1::COMPRESSION_DEFAULT:
+      return fallback;
+    case v1::COMPRESSION_RAW:
+      return pipeline::Compression::kRaw;
+    case v1::COMPRESSION_COMPRESSED:
+      return pipeline::Compression::kCompressed;
+    case v1::COMPRESSION_ADAPTIVE:
+      return pipeline::Compression::kAdaptive;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("unknown compression %d", static_cast<int>(c)));
+  }
 }
 
 }  // namespace kvferry::server

@@ -66,4 +66,9 @@ class TransferTable {
 
 bool IsTerminal(v1::TransferState s);
 
+// Compression between the API's enum and the data plane's. DEFAULT gives
+// `fallback`; a value outside the enum is INVALID_ARGUMENT.
+v1::Compression CompressionToProto(pipeline::Compression c);
+absl::StatusOr<pipeline::Compression> CompressionFromProto(v1::Compression c, pipeline::Compression fallback);
+
 }  // namespace kvferry::server

@@ -91,7 +91,6 @@ TEST(Cli, PoolPublishPullGetBetweenTwoDaemons) {
 // removes what it created. Needs root and network namespaces.
 TEST(Cli, BenchComparesModesOverAShapedLinkAndCleansUp) {
   auto ns_list = [] {
-    CliRun r{-1, ""};
     const std::string log = absl::StrCat(TmpDir(), "/netns.log");
     auto c = ChildProcess::Spawn({"/usr/sbin/ip", "netns", "list"}, {}, log);
     if (!c.ok()) return std::string("?");

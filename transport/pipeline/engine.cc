@@ -34,6 +34,8 @@ constexpr size_t kPayloadOffset = 64;
 // the endpoint they are on.
 constexpr absl::Duration kSendDrainGrace = absl::Seconds(1);
 
+uint64_t Align4K(uint64_t n) { return (n + 4095) & ~uint64_t{4095}; }
+
 // Fixed set of equally sized staging buffers, allocated and touched up front.
 class StagingPool {
  public:
@@ -45,7 +47,7 @@ class StagingPool {
   StagingPool& operator=(const StagingPool&) = delete;
 
   absl::Status Init(size_t slot_bytes, size_t count) {
-    slot_bytes_ = (slot_bytes + 4095) & ~size_t{4095};
+    slot_bytes_ = Align4K(slot_bytes);
     bytes_ = slot_bytes_ * count;
     void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
@@ -228,8 +230,6 @@ struct CodecDone {
   bool encoded = false;
   uint64_t raw_len = 0, encoded_len = 0;  // what the encoder saw and produced (0: it failed)
 };
-
-uint64_t Align4K(uint64_t n) { return (n + 4095) & ~uint64_t{4095}; }
 
 }  // namespace
 
@@ -599,11 +599,15 @@ class Engine::Impl {
     if (!st.ok()) return st;
     ++*posted;
     if (j->sends_in_flight++ == 0) j->busy_since = absl::Now();
-    if (j->counters->first_payload_ns.load(std::memory_order_relaxed) == 0) {
-      j->counters->first_payload_ns.store(std::max<int64_t>(1, absl::ToInt64Nanoseconds(absl::Now() - j->started)),
-                                          std::memory_order_relaxed);
-    }
+    MarkFirstPayload(j);
     return absl::OkStatus();
+  }
+
+  // Records the time from the job's start to its first payload sent / verified.
+  static void MarkFirstPayload(Job* j) {
+    if (j->counters->first_payload_ns.load(std::memory_order_relaxed) != 0) return;
+    j->counters->first_payload_ns.store(std::max<int64_t>(1, absl::ToInt64Nanoseconds(absl::Now() - j->started)),
+                                        std::memory_order_relaxed);
   }
 
   // The compression decision for the next chunk of a send job.
@@ -616,24 +620,17 @@ class Engine::Impl {
       case Compression::kAdaptive:
         break;
     }
-    if (rates_.codec_bps == 0 || rates_.ratio == 0 ||
-        absl::Now() - rates_.measured_at > kCodecEstimateLifetime) {  // probe: one chunk at a time
-      if (j->probe_pending) return false;
-      j->probe_pending = true;
-      return true;
-    }
     // The link's capacity: a receiver busy decoding slows the sends down and
     // would make the link look slower than it is, so take the best of this
-    // job's rate and the peer's recent best.
-    double link = 0;
-    if (j->sends_done >= kMinSendsForLinkEstimate) {  // the first sends include connection set-up
-      const double secs = absl::ToDoubleSeconds(LinkBusy(*j));
-      if (secs > 0) link = j->wire_done / secs;
-    }
+    // job's rate (once the sends that include connection set-up are past)
+    // and the peer's recent best.
+    double link = j->sends_done >= kMinSendsForLinkEstimate ? LinkRate(*j) : 0;
     if (auto it = rates_.link_bps.find(j->peer_address); it != rates_.link_bps.end()) {
       link = std::max(link, it->second);
     }
-    if (link == 0) {  // nothing known about this link yet: probe like above
+    const bool codec_known =
+        rates_.codec_bps > 0 && rates_.ratio > 0 && absl::Now() - rates_.measured_at <= kCodecEstimateLifetime;
+    if (!codec_known || link == 0) {  // probe: one chunk at a time, the others raw
       if (j->probe_pending) return false;
       j->probe_pending = true;
       return true;
@@ -646,8 +643,11 @@ class Engine::Impl {
     return true;
   }
 
-  static absl::Duration LinkBusy(const Job& j) {
-    return j.busy + (j.sends_in_flight > 0 ? absl::Now() - j.busy_since : absl::ZeroDuration());
+  // A send job's wire bytes over the time its sends were in flight (0 before any).
+  static double LinkRate(const Job& j) {
+    const absl::Duration busy = j.busy + (j.sends_in_flight > 0 ? absl::Now() - j.busy_since : absl::ZeroDuration());
+    const double secs = absl::ToDoubleSeconds(busy);
+    return secs > 0 ? j.wire_done / secs : 0;
   }
 
   // On a codec thread: gather (unless contiguous) and encode chunk `seq`; a
@@ -735,7 +735,7 @@ class Engine::Impl {
     j->counters->codec_ns.fetch_add(d.ns, std::memory_order_relaxed);
     StagingPool& p = pool(*j);
     if (j->dir == Direction::kSend) {
-      if (j->codec.mode == Compression::kAdaptive && j->probe_pending) j->probe_pending = false;
+      j->probe_pending = false;
       if (d.encoded_len != 0) rates_.AddEncode(d.raw_len, d.encoded_len, d.ns);
       rates_.agg_bytes += d.raw_len;
       ++rates_.agg_count;
@@ -876,10 +876,7 @@ class Engine::Impl {
           absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", h.seq, sum, h.checksum));
     }
     j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
-    if (j->counters->first_payload_ns.load(std::memory_order_relaxed) == 0) {
-      j->counters->first_payload_ns.store(std::max<int64_t>(1, absl::ToInt64Nanoseconds(absl::Now() - j->started)),
-                                          std::memory_order_relaxed);
-    }
+    MarkFirstPayload(j);
     if (encoded) {
       if (!codec_) return absl::FailedPreconditionError("encoded chunk, but this data plane has no codec threads");
       j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
@@ -946,11 +943,10 @@ class Engine::Impl {
     PublishStats();  // callbacks below see accounting that includes these ends
     for (auto& j : ended) {
       if (j->dir == Direction::kSend && j->sends_done >= 2) {
-        const double secs = absl::ToDoubleSeconds(j->busy);
-        if (secs > 0) {
+        if (const double rate = LinkRate(*j); rate > 0) {
+          if (rates_.link_bps.size() >= 4096) rates_.link_bps.clear();  // before taking a reference into it
           double& l = rates_.link_bps[j->peer_address];
-          if (rates_.link_bps.size() > 4096) rates_.link_bps.clear();
-          l = std::max(0.9 * l, j->wire_done / secs);  // the recent best
+          l = std::max(0.9 * l, rate);  // the recent best
         }
       }
       if (!j->result.ok()) {
