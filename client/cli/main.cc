@@ -94,8 +94,8 @@ int CmdStatus() {
   if (!st.ok()) return Fail(st.status(), "status");
   std::printf("kvferryd %s role=%s peer=%s transport=%s\n", st->version().c_str(), st->role().c_str(),
               st->peer_address().c_str(), st->transport().c_str());
-  std::printf("leases=%u active_transfers=%u done=%llu failed=%llu bytes_sent=%llu bytes_received=%llu\n",
-              st->active_leases(), st->active_transfers(), static_cast<unsigned long long>(st->transfers_done()),
+  std::printf("leases=%u active_transfers=%u active_sends=%u done=%llu failed=%llu bytes_sent=%llu bytes_received=%llu\n",
+              st->active_leases(), st->active_transfers(), st->active_sends(), static_cast<unsigned long long>(st->transfers_done()),
               static_cast<unsigned long long>(st->transfers_failed()),
               static_cast<unsigned long long>(st->bytes_sent()), static_cast<unsigned long long>(st->bytes_received()));
   std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free\n",

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,19 @@ struct Daemon {
     if (!c.ok()) return nullptr;
     d->client = std::move(c).value();
     return d;
+  }
+
+  // The last `lines` lines of the daemon's log, for failure messages.
+  std::string LogTail(int lines = 40) const {
+    std::ifstream in(log);
+    std::vector<std::string> all;
+    for (std::string l; std::getline(in, l);) all.push_back(std::move(l));
+    std::ostringstream out;
+    out << "--- last lines of " << role << " log ---\n";
+    for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+      out << all[i] << "\n";
+    }
+    return out.str();
   }
 
   ~Daemon() {
