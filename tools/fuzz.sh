@@ -21,7 +21,7 @@ declare -A SOURCES=(
   [codec_roundtrip]="tests/fuzz/codec_roundtrip_fuzz.cc kernels/cpu/codec.cc kernels/cpu/checksum.cc"
   [chunk_receive]="tests/fuzz/chunk_receive_fuzz.cc transport/chunk.cc transport/pipeline/engine.cc
                    transport/pipeline/segments.cc transport/loopback/loopback_transport.cc
-                   kernels/cpu/checksum.cc kernels/cpu/codec.cc common/log.cc"
+                   kernels/cpu/checksum.cc kernels/cpu/codec.cc common/log.cc transport/gpu/gpu_none.cc"
 )
 
 status=0

@@ -16,6 +16,7 @@
 #include "kernels/checksum.h"
 #include "kernels/codec.h"
 #include "transport/chunk.h"
+#include "transport/gpu/gpu.h"
 
 namespace kvferry::pipeline {
 namespace {
@@ -120,6 +121,57 @@ class CodecPool {
   std::vector<std::thread> threads_;
 };
 
+// GPU worker threads of one device, each owning a ChunkWorker (its stream and
+// buffers). Same task queue as CodecPool; results go back the same way.
+class GpuPool {
+ public:
+  explicit GpuPool(std::vector<std::unique_ptr<gpu::ChunkWorker>> workers) : workers_(std::move(workers)) {
+    for (auto& w : workers_) threads_.emplace_back([this, w = w.get()] { Work(w); });
+  }
+  ~GpuPool() {
+    {
+      MutexLock l(&mu_);
+      stop_ = true;
+    }
+    for (auto& t : threads_) t.join();
+  }
+  GpuPool(const GpuPool&) = delete;
+  GpuPool& operator=(const GpuPool&) = delete;
+
+  void Post(std::function<void(gpu::ChunkWorker&)> task) {
+    MutexLock l(&mu_);
+    tasks_.push_back(std::move(task));
+  }
+  uint32_t size() const { return static_cast<uint32_t>(threads_.size()); }
+
+ private:
+  void Work(gpu::ChunkWorker* w) {
+    for (;;) {
+      std::function<void(gpu::ChunkWorker&)> task;
+      {
+        MutexLock l(&mu_);
+        mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task(*w);
+    }
+  }
+
+  std::vector<std::unique_ptr<gpu::ChunkWorker>> workers_;
+  Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::function<void(gpu::ChunkWorker&)>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+std::vector<gpu::DeviceRange> DeviceRanges(const SegmentList& segs, uint64_t off, uint64_t len) {
+  std::vector<gpu::DeviceRange> out;
+  for (const Segment& p : segs.Pieces(off, len)) out.push_back({p.data, p.len});
+  return out;
+}
+
 // Adaptive compression. With a codec of C input bytes/s (all codec threads), a
 // link of L wire bytes/s and a ratio R, sending a fraction f of the chunks
 // compressed takes, per input byte, f / C of codec time and (f / R + 1 - f) / L
@@ -139,11 +191,13 @@ class CodecPool {
 // is under 15% the model's simplifications (in-flight window, codec threads
 // sharing cores with the engine, the receiver's decode) outweigh it, so f is
 // 0. C and R older than 10 s are measured again by one probe chunk.
-struct RateModel {
+// One codec (the CPU's, or one GPU's); the link estimates are per peer.
+struct CodecRate {
   double codec_bps = 0;  // per codec thread, input bytes/s
   double ratio = 0;
   absl::Time measured_at = absl::InfinitePast();
-  absl::flat_hash_map<std::string, double> link_bps;  // per peer, wire bytes/s
+  uint32_t encodes = 0;  // in progress
+  absl::Time busy_since;
 
   // All encodes together: input bytes over the time any encode was running.
   // Lower than codec_bps x threads when the threads share cores with other
@@ -165,6 +219,9 @@ struct RateModel {
   }
 };
 
+// Where a job's codec work runs.
+constexpr int kCpu = -1;
+
 constexpr double kMinAdaptiveGain = 1.15;
 constexpr uint32_t kMinSendsForLinkEstimate = 8;
 // Codec rate and ratio older than this are measured again (one probe chunk).
@@ -183,6 +240,8 @@ struct Job {
   std::string peer_address;                 // send only
   std::shared_ptr<transport::Endpoint> ep;  // send only; shared per peer
   CodecSpec codec;                          // send only
+  int device = kCpu;                        // >= 0: segments are device memory
+  GpuPool* gpu = nullptr;                   // that device's workers
   absl::Time started;
   // Send: the link's busy time (some payload in flight) and its wire bytes.
   uint32_t sends_in_flight = 0;
@@ -228,7 +287,9 @@ struct CodecDone {
   const uint8_t* payload = nullptr;
   uint64_t len = 0, sum = 0;
   bool encoded = false;
+  bool encode_task = false;               // send: the task tried to encode
   uint64_t raw_len = 0, encoded_len = 0;  // what the encoder saw and produced (0: it failed)
+  bool written = false;                   // receive: the task wrote the destination itself (GPU)
 };
 
 }  // namespace
@@ -332,11 +393,20 @@ class Engine::Impl {
 
   absl::Status Start(Direction dir, uint64_t id, SegmentList segs, uint64_t chunk_bytes, absl::Time deadline,
                      std::shared_ptr<TransferCounters> counters, DoneCallback done, std::string peer,
-                     CodecSpec codec_spec = {}) {
+                     CodecSpec codec_spec, int device) {
     auto st = Validate(id, segs, chunk_bytes, done);
     if (!st.ok()) return st;
+    GpuPool* gpu = nullptr;
+    if (device != kCpu) {
+      MutexLock l(&gpu_mu_);
+      auto it = gpus_.find(device);
+      if (it == gpus_.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat("GPU %d is not prepared for transfers", device));
+      }
+      gpu = it->second.get();
+    }
     if (codec_spec.mode != Compression::kRaw) {
-      if (!codec_) {
+      if (!codec_ && gpu == nullptr) {
         return absl::FailedPreconditionError(
             absl::StrFormat("%s transfer on a data plane without codec threads", CompressionName(codec_spec.mode)));
       }
@@ -354,6 +424,8 @@ class Engine::Impl {
     job->done = std::move(done);
     job->peer_address = std::move(peer);
     job->codec = codec_spec;
+    job->device = device;
+    job->gpu = gpu;
     if (dir == Direction::kRecv) job->received.assign(job->chunk_count, false);
     {
       MutexLock l(&mu_);
@@ -367,6 +439,38 @@ class Engine::Impl {
       posted_.store(true, std::memory_order_release);
     }
     transport_->Wake();
+    return absl::OkStatus();
+  }
+
+  absl::Status PrepareDevice(int device) {
+    MutexLock prepare(&prepare_mu_);  // one at a time; gpu_mu_ only guards the map
+    {
+      MutexLock l(&gpu_mu_);
+      if (gpus_.contains(device)) return absl::OkStatus();
+    }
+    if (options_.gpu_workers == 0) {
+      return absl::FailedPreconditionError("this data plane has no GPU workers (--gpu_workers=0)");
+    }
+    if (pinned_.empty()) {  // staging is shared by every device: pin it once
+      for (StagingPool* p : {&send_pool_, &recv_pool_}) {
+        auto r = gpu::PinnedRange::Pin(p->ptr(0), p->bytes());
+        if (!r.ok()) return r.status();
+        pinned_.push_back(std::move(r).value());
+      }
+    }
+    std::vector<std::unique_ptr<gpu::ChunkWorker>> workers;
+    for (uint32_t i = 0; i < options_.gpu_workers; ++i) {
+      auto w = gpu::ChunkWorker::Create(device, options_.chunk_bytes);
+      if (!w.ok()) return w.status();
+      workers.push_back(std::move(w).value());
+    }
+    {
+      MutexLock l(&gpu_mu_);
+      gpus_[device] = std::make_unique<GpuPool>(std::move(workers));
+      gpu_devices_.store(static_cast<uint32_t>(gpus_.size()), std::memory_order_relaxed);
+    }
+    KVF_LOG(info, "engine", "GPU {} ready: {} workers, {} bytes of staging pinned", device, options_.gpu_workers,
+            send_pool_.bytes() + recv_pool_.bytes());
     return absl::OkStatus();
   }
 
@@ -530,15 +634,20 @@ class Engine::Impl {
       const int slot = p.Take();
       uint8_t* buf = p.ptr(slot);
       const uint32_t seq = j->next_seq;
-      if (j->dir == Direction::kSend && ShouldCompress(j)) {
+      if (j->dir == Direction::kSend && (j->gpu != nullptr || ShouldCompress(j))) {
+        // Device memory always goes through a GPU worker, compressed or not.
+        const bool compress = j->gpu == nullptr || ShouldCompress(j);
         Job::Slot& s = j->inflight[slot];
         s.seq = seq;
         s.pending = 1;
         s.in_codec = true;
         ++j->next_seq;
         ++in_codec_;
-        if (encodes_++ == 0) encode_busy_since_ = absl::Now();
-        PostEncode(j, slot, seq, buf);
+        if (compress) {
+          CodecRate& r = codec_rates_[j->device];
+          if (r.encodes++ == 0) r.busy_since = absl::Now();
+        }
+        PostEncode(j, slot, seq, buf, compress);
         did = true;
         continue;
       }
@@ -625,19 +734,20 @@ class Engine::Impl {
     // job's rate (once the sends that include connection set-up are past)
     // and the peer's recent best.
     double link = j->sends_done >= kMinSendsForLinkEstimate ? LinkRate(*j) : 0;
-    if (auto it = rates_.link_bps.find(j->peer_address); it != rates_.link_bps.end()) {
+    if (auto it = link_bps_.find(j->peer_address); it != link_bps_.end()) {
       link = std::max(link, it->second);
     }
+    const CodecRate& rate = codec_rates_[j->device];
     const bool codec_known =
-        rates_.codec_bps > 0 && rates_.ratio > 0 && absl::Now() - rates_.measured_at <= kCodecEstimateLifetime;
+        rate.codec_bps > 0 && rate.ratio > 0 && absl::Now() - rate.measured_at <= kCodecEstimateLifetime;
     if (!codec_known || link == 0) {  // probe: one chunk at a time, the others raw
       if (j->probe_pending) return false;
       j->probe_pending = true;
       return true;
     }
-    double codec_rate = rates_.codec_bps * codec_->size();
-    if (const double agg = rates_.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
-    j->credit += AdaptiveCompressedFraction(codec_rate, link, rates_.ratio);
+    double codec_rate = rate.codec_bps * (j->gpu != nullptr ? j->gpu->size() : codec_->size());
+    if (const double agg = rate.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
+    j->credit += AdaptiveCompressedFraction(codec_rate, link, rate.ratio);
     if (j->credit < 1) return false;
     j->credit -= 1;
     return true;
@@ -653,7 +763,7 @@ class Engine::Impl {
   // On a codec thread: gather (unless contiguous) and encode chunk `seq`; a
   // chunk that does not shrink, or that the codec cannot take (e.g. a partial
   // element at the end), goes raw.
-  void PostEncode(Job* j, int slot, uint32_t seq, uint8_t* buf) {
+  void PostEncode(Job* j, int slot, uint32_t seq, uint8_t* buf, bool compress) {
     const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
     const uint64_t len = j->ChunkLen(seq);
     const SegmentList* segs = &j->segs;  // the job outlives its slots in flight
@@ -664,11 +774,41 @@ class Engine::Impl {
     uint8_t* raw_area = buf + kPayloadOffset;
     uint8_t* enc_area = buf + second_off_;
     const uint64_t key = j->key;
+    if (j->gpu != nullptr) {
+      j->gpu->Post([this, segs, off, len, o, raw_area, enc_area, key, slot, compress](gpu::ChunkWorker& w) {
+        const absl::Time t0 = absl::Now();
+        CodecDone d;
+        d.key = key;
+        d.slot = slot;
+        d.encode_task = compress;
+        d.raw_len = len;
+        const auto src = DeviceRanges(*segs, off, len);
+        if (compress) {
+          auto n = w.Encode(o, src, len, enc_area);
+          if (n.ok()) d.encoded_len = *n;
+          if (n.ok() && *n < len) {
+            d.payload = enc_area;
+            d.len = *n;
+            d.encoded = true;
+          }
+        }
+        if (!d.encoded) {  // raw, or the chunk did not shrink
+          d.status = w.ToHost(src, raw_area);
+          d.payload = raw_area;
+          d.len = len;
+        }
+        if (d.status.ok()) d.sum = Kvsum64(d.payload, d.len);
+        d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+        PostCodecDone(std::move(d));
+      });
+      return;
+    }
     codec_->Post([this, segs, off, len, o, raw_area, enc_area, key, slot] {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;
       d.slot = slot;
+      d.encode_task = true;
       const uint8_t* raw = segs->Contiguous(off, len);
       if (raw == nullptr) {
         segs->Gather(off, len, raw_area, nullptr);
@@ -701,6 +841,7 @@ class Engine::Impl {
       CodecDone d;
       d.key = key;
       d.slot = slot;
+      d.encoded = true;
       auto n = codec::Decode(payload, len, out, raw_len, 1);
       if (!n.ok()) {
         d.status = n.status();
@@ -708,6 +849,27 @@ class Engine::Impl {
         d.status = absl::DataLossError(absl::StrFormat("codec chunk decodes to %d bytes, expected %d", *n, raw_len));
       }
       d.len = raw_len;
+      d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+      PostCodecDone(std::move(d));
+    });
+  }
+
+  // On a GPU worker: a verified chunk into device memory, decoded first
+  // (and verified again) if encoded.
+  void PostGpuWrite(Job* j, int slot, uint64_t off, const uint8_t* payload, uint64_t len, uint64_t raw_len,
+                    bool encoded) {
+    const SegmentList* segs = &j->segs;
+    const uint64_t key = j->key;
+    j->gpu->Post([this, segs, off, payload, len, raw_len, encoded, key, slot](gpu::ChunkWorker& w) {
+      const absl::Time t0 = absl::Now();
+      CodecDone d;
+      d.key = key;
+      d.slot = slot;
+      d.encoded = encoded;
+      d.written = true;
+      d.len = raw_len;
+      const auto dst = DeviceRanges(*segs, off, raw_len);
+      d.status = encoded ? w.Decode(payload, len, dst, raw_len) : w.FromHost(payload, dst);
       d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
       PostCodecDone(std::move(d));
     });
@@ -735,14 +897,19 @@ class Engine::Impl {
     j->counters->codec_ns.fetch_add(d.ns, std::memory_order_relaxed);
     StagingPool& p = pool(*j);
     if (j->dir == Direction::kSend) {
-      j->probe_pending = false;
-      if (d.encoded_len != 0) rates_.AddEncode(d.raw_len, d.encoded_len, d.ns);
-      rates_.agg_bytes += d.raw_len;
-      ++rates_.agg_count;
-      if (--encodes_ == 0) rates_.agg_busy += absl::Now() - encode_busy_since_;
-      if (j->ending) {
+      if (d.encode_task) {
+        j->probe_pending = false;
+        CodecRate& r = codec_rates_[j->device];
+        if (d.encoded_len != 0) r.AddEncode(d.raw_len, d.encoded_len, d.ns);
+        r.agg_bytes += d.raw_len;
+        ++r.agg_count;
+        if (--r.encodes == 0) r.agg_busy += absl::Now() - r.busy_since;
+      }
+      if (j->ending || !d.status.ok()) {
         j->inflight.erase(in);
         p.Give(d.slot);
+        if (!d.status.ok())
+          Fail(j, absl::InternalError(absl::StrFormat("GPU work for chunk %d: %s", s.seq, d.status.message())));
         return;
       }
       const uint64_t off = static_cast<uint64_t>(s.seq) * j->chunk_bytes;
@@ -768,9 +935,9 @@ class Engine::Impl {
     absl::Status st = d.status;
     if (st.ok() && j->ending) st = j->result;
     if (st.ok()) {
-      j->segs.Scatter(static_cast<uint64_t>(seq) * j->chunk_bytes, d.len, p.ptr(d.slot) + second_off_);
+      if (!d.written) j->segs.Scatter(static_cast<uint64_t>(seq) * j->chunk_bytes, d.len, p.ptr(d.slot) + second_off_);
       j->received[seq] = true;
-      j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
+      if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
       bytes_received_ += d.len;
       Account(j, d.len);
     }
@@ -877,6 +1044,11 @@ class Engine::Impl {
     }
     j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
     MarkFirstPayload(j);
+    if (j->gpu != nullptr) {                       // device memory: a GPU worker writes it
+      j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
+      PostGpuWrite(j, slot, off, payload, h.length, raw_len, encoded);
+      return true;
+    }
     if (encoded) {
       if (!codec_) return absl::FailedPreconditionError("encoded chunk, but this data plane has no codec threads");
       j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
@@ -944,8 +1116,8 @@ class Engine::Impl {
     for (auto& j : ended) {
       if (j->dir == Direction::kSend && j->sends_done >= 2) {
         if (const double rate = LinkRate(*j); rate > 0) {
-          if (rates_.link_bps.size() >= 4096) rates_.link_bps.clear();  // before taking a reference into it
-          double& l = rates_.link_bps[j->peer_address];
+          if (link_bps_.size() >= 4096) link_bps_.clear();  // before taking a reference into it
+          double& l = link_bps_[j->peer_address];
           l = std::max(0.9 * l, rate);  // the recent best
         }
       }
@@ -969,8 +1141,10 @@ class Engine::Impl {
     s.bytes_received = bytes_received_;
     s.staging_bytes_allocated = send_pool_.bytes() + recv_pool_.bytes();
     s.codec_threads = codec_ ? codec_->size() : 0;
-    s.codec_mbps_per_thread = rates_.codec_bps / 1e6;
-    s.codec_ratio = rates_.ratio;
+    const CodecRate& cpu = codec_rates_[kCpu];
+    s.codec_mbps_per_thread = cpu.codec_bps / 1e6;
+    s.codec_ratio = cpu.ratio;
+    s.gpu_devices = gpu_devices_.load(std::memory_order_relaxed);
     MutexLock l(&mu_);
     stats_ = s;
   }
@@ -986,11 +1160,10 @@ class Engine::Impl {
   absl::flat_hash_map<std::string, std::shared_ptr<transport::Endpoint>> endpoints_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   bool stopping_ = false;
-  uint64_t second_off_ = 0;  // slot offset of the encoded (send) / decoded (receive) chunk
-  uint32_t in_codec_ = 0;    // slots a codec thread is working on
-  uint32_t encodes_ = 0;     // of which encodes
-  absl::Time encode_busy_since_;
-  RateModel rates_;
+  uint64_t second_off_ = 0;                            // slot offset of the encoded (send) / decoded (receive) chunk
+  uint32_t in_codec_ = 0;                              // slots a codec thread is working on
+  absl::flat_hash_map<int, CodecRate> codec_rates_;    // per codec: kCpu or a GPU
+  absl::flat_hash_map<std::string, double> link_bps_;  // per peer, wire bytes/s (the recent best)
   // Codec results, posted by codec threads.
   Mutex codec_mu_;
   std::vector<CodecDone> codec_done_ ABSL_GUARDED_BY(codec_mu_);
@@ -1005,6 +1178,12 @@ class Engine::Impl {
   std::vector<CancelCmd> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<Direction, uint64_t>, bool> ids_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  // GPU workers per device (PrepareDevice); pinned staging.
+  Mutex prepare_mu_;
+  std::vector<std::unique_ptr<gpu::PinnedRange>> pinned_ ABSL_GUARDED_BY(prepare_mu_);
+  Mutex gpu_mu_;
+  absl::flat_hash_map<int, std::unique_ptr<GpuPool>> gpus_ ABSL_GUARDED_BY(gpu_mu_);
+  std::atomic<uint32_t> gpu_devices_{0};
   // Last member: its threads are joined first on destruction.
   std::unique_ptr<CodecPool> codec_;
 };
@@ -1027,18 +1206,19 @@ const EngineOptions& Engine::options() const { return impl_->options(); }
 
 absl::Status Engine::StartSend(SendSpec s) {
   return impl_->Start(Direction::kSend, s.transfer_id, std::move(s.source), s.chunk_bytes, s.deadline,
-                      std::move(s.counters), std::move(s.done), std::move(s.peer_address), s.codec);
+                      std::move(s.counters), std::move(s.done), std::move(s.peer_address), s.codec, s.device);
 }
 
 absl::Status Engine::StartRecv(RecvSpec s) {
   return impl_->Start(Direction::kRecv, s.transfer_id, std::move(s.destination), s.chunk_bytes, s.deadline,
-                      std::move(s.counters), std::move(s.done), "");
+                      std::move(s.counters), std::move(s.done), "", CodecSpec{}, s.device);
 }
 
 void Engine::Cancel(Direction dir, uint64_t transfer_id, absl::Status reason) {
   impl_->Cancel(dir, transfer_id, std::move(reason));
 }
 
+absl::Status Engine::PrepareDevice(int device) { return impl_->PrepareDevice(device); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 void Engine::Shutdown() { impl_->Shutdown(); }
 

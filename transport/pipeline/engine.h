@@ -9,6 +9,10 @@
 //             (CPU codec) while the engine thread keeps sending earlier
 //             chunks; a chunk that does not shrink goes raw. Up to `window`
 //             chunks in flight (being encoded or on the wire).
+//   GPU jobs (device memory): a GPU worker thread does the chunk's device
+//             work on its own stream: gather (or CUDA-encode) into the pinned
+//             staging slot, or, once the chunk is verified, copy (or
+//             CUDA-decode, verify, then copy) into the destination blocks.
 //   receiver: up to `window` receives posted into staging slots; on arrival:
 //             parse + validate header -> verify the kvsum64 of the bytes as
 //             sent -> raw: scatter into the destination; encoded: a codec
@@ -79,6 +83,8 @@ struct SendSpec {
   std::shared_ptr<TransferCounters> counters;  // optional
   DoneCallback done;
   CodecSpec codec;
+  // >= 0: `source` is device memory on this CUDA device (PrepareDevice first).
+  int device = -1;
 };
 
 struct RecvSpec {
@@ -88,6 +94,8 @@ struct RecvSpec {
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<TransferCounters> counters;
   DoneCallback done;
+  // >= 0: `destination` is device memory on this CUDA device (PrepareDevice first).
+  int device = -1;
 };
 
 struct EngineOptions {
@@ -95,6 +103,7 @@ struct EngineOptions {
   uint64_t staging_bytes = 64ull << 20;  // per direction (send, receive)
   uint32_t window = 4;                   // chunks in flight per transfer
   uint32_t codec_threads = 2;            // CPU codec threads (0: no compression; encoded chunks are refused)
+  uint32_t gpu_workers = 2;              // per GPU device with pools: threads, each with a stream and buffers
 };
 
 struct EngineStats {
@@ -104,7 +113,8 @@ struct EngineStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t staging_bytes_allocated = 0;
   uint32_t codec_threads = 0;
-  // Adaptive mode's current estimates (0 until measured).
+  uint32_t gpu_devices = 0;  // devices prepared for GPU pools
+  // Adaptive mode's current estimates for the CPU codec (0 until measured).
   double codec_mbps_per_thread = 0, codec_ratio = 0;
 };
 
@@ -125,6 +135,11 @@ class Engine {
   // Validates and queues a job; errors are returned here, not through `done`.
   absl::Status StartSend(SendSpec spec);
   absl::Status StartRecv(RecvSpec spec);
+  // Readies GPU `device` for jobs on device memory: its workers (a stream,
+  // CUDA codec workspaces and device buffers each, allocated now) and pinned
+  // staging. Idempotent; slow the first time, so call it off the hot path
+  // (the daemon does when a GPU pool is registered).
+  absl::Status PrepareDevice(int device);
   // Ends the job with `reason` (no-op if it is unknown or already ended).
   void Cancel(Direction dir, uint64_t transfer_id, absl::Status reason);
 

@@ -58,4 +58,17 @@ void SegmentList::Scatter(uint64_t off, size_t len, const uint8_t* src) const {
   ForEachPiece(off, len, [&](uint8_t* seg, size_t pos, size_t n) { std::memcpy(seg, src + pos, n); });
 }
 
+std::vector<Segment> SegmentList::Pieces(uint64_t off, size_t len) const {
+  std::vector<Segment> out;
+  if (len == 0) return out;
+  ForEachPiece(off, len, [&](uint8_t* seg, size_t, size_t n) {
+    if (!out.empty() && out.back().data + out.back().len == seg) {
+      out.back().len += n;
+    } else {
+      out.push_back({seg, n});
+    }
+  });
+  return out;
+}
+
 }  // namespace kvferry::pipeline

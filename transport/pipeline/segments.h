@@ -30,6 +30,9 @@ class SegmentList {
   const uint8_t* Contiguous(uint64_t off, size_t len) const;
   // Copies src into stream bytes [off, off+len).
   void Scatter(uint64_t off, size_t len, const uint8_t* src) const;
+  // The memory ranges holding stream bytes [off, off+len), in order, with
+  // adjacent ranges merged (for copies the caller issues itself, e.g. on a GPU).
+  std::vector<Segment> Pieces(uint64_t off, size_t len) const;
 
  private:
   template <typename Fn>
