@@ -98,6 +98,20 @@ absl::StatusOr<std::unique_ptr<HostPool>> Client::CreateHostPool(const std::stri
   return pool;
 }
 
+absl::StatusOr<v1::RegisterPoolResponse> Client::RegisterGpuPool(const std::string& name, const v1::KvLayout& layout,
+                                                                 uint32_t num_blocks, const std::string& ipc_handle,
+                                                                 const std::string& gpu_device, uint64_t offset) {
+  v1::RegisterPoolRequest req;
+  req.set_name(name);
+  req.set_memory_kind(v1::MEMORY_KIND_CUDA_IPC);
+  req.set_cuda_ipc_handle(ipc_handle);
+  req.set_gpu_device(gpu_device);
+  req.set_offset_bytes(offset);
+  req.set_num_blocks(num_blocks);
+  *req.mutable_layout() = layout;
+  return RegisterPool(req);
+}
+
 absl::Status Client::UnregisterPool(uint64_t pool_id) {
   v1::UnregisterPoolRequest req;
   req.set_pool_id(pool_id);

@@ -73,6 +73,17 @@ class Client {
   // Creates a shm segment sized for the layout and registers it as `name`.
   absl::StatusOr<std::unique_ptr<HostPool>> CreateHostPool(const std::string& name, const v1::KvLayout& layout,
                                                            uint32_t num_blocks);
+  // Registers GPU memory this worker allocated, shared by CUDA IPC:
+  // `ipc_handle` is the allocation's 64-byte cudaIpcMemHandle_t (from
+  // cudaIpcGetMemHandle; in PyTorch, the handle bytes of
+  // tensor.untyped_storage()._share_cuda_()), `gpu_device` the GPU's PCI bus
+  // id ("0000:65:00.0") or ordinal, `offset` where the pool starts in the
+  // allocation. The daemon opens the handle on that GPU and bound-checks the
+  // pool against the allocation. Keep the allocation alive until
+  // UnregisterPool. Needs a kvferryd built with CUDA (UNIMPLEMENTED otherwise).
+  absl::StatusOr<v1::RegisterPoolResponse> RegisterGpuPool(const std::string& name, const v1::KvLayout& layout,
+                                                           uint32_t num_blocks, const std::string& ipc_handle,
+                                                           const std::string& gpu_device, uint64_t offset = 0);
   absl::Status UnregisterPool(uint64_t pool_id);
 
   // ttl zero: the daemon's default lease time.

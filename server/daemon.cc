@@ -161,6 +161,13 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
   grpc::Status RegisterPool(grpc::ServerContext*, const v1::RegisterPoolRequest* req,
                             v1::RegisterPoolResponse* resp) override {
     auto pool = pools_.Register(*req);
+    if (pool.ok() && (*pool)->ipc) {
+      // GPU workers and pinned staging are set up now, not on the first pull.
+      if (auto st = engine_->PrepareDevice((*pool)->device); !st.ok()) {
+        (void)pools_.Unregister((*pool)->id);
+        pool = absl::Status(st.code(), absl::StrCat("GPU ", (*pool)->device, ": ", st.message()));
+      }
+    }
     if (!pool.ok()) {
       KVF_LOG(info, "control", "RegisterPool '{}' refused: {}", req->name(), pool.status().ToString());
       return ToGrpc(pool.status());
@@ -168,8 +175,9 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     resp->set_pool_id((*pool)->id);
     resp->set_segment_bytes((*pool)->geometry.segment_bytes);
     resp->set_region_bytes((*pool)->geometry.region_bytes);
-    KVF_LOG(info, "control", "pool {} '{}' registered: {} blocks, {}, {} bytes", (*pool)->id, req->name(),
-            req->num_blocks(), LayoutString(req->layout()), (*pool)->geometry.region_bytes);
+    KVF_LOG(info, "control", "pool {} '{}' registered: {} blocks, {}, {} bytes{}", (*pool)->id, req->name(),
+            req->num_blocks(), LayoutString(req->layout()), (*pool)->geometry.region_bytes,
+            (*pool)->ipc ? absl::StrCat(" on GPU ", (*pool)->device) : std::string(" in host memory"));
     return grpc::Status::OK;
   }
 
@@ -333,6 +341,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     spec.transfer_id = id;
     spec.peer_address = req.receiver_address();
     spec.source = lease->pool->Segments(lease->blocks);
+    spec.device = lease->pool->device;
     spec.chunk_bytes = req.chunk_bytes();
     spec.deadline = deadline;
     spec.counters = counters;
@@ -426,6 +435,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     pipeline::RecvSpec spec;
     spec.transfer_id = id;
     spec.destination = std::move(segs);
+    spec.device = pool->device;
     spec.chunk_bytes = engine_->options().chunk_bytes;
     spec.deadline = deadline;
     spec.counters = rec->counters;
@@ -537,13 +547,13 @@ void Daemon::Shutdown() {
 std::string DescribeOptions(const DaemonOptions& o) {
   return absl::StrFormat(
       "listen = %s\nadvertise = %s\nrole = %s\nport_file = %s\nchunk_bytes = %d\nstaging_bytes_per_direction = %d\n"
-      "window = %d\ncodec_threads = %d\ncompression = %s\n"
+      "window = %d\ncodec_threads = %d\ngpu_workers = %d\ncompression = %s\n"
       "default_lease_ttl_ms = %d\nmax_lease_ttl_ms = %d\ndefault_deadline_ms = %d\nmax_deadline_ms = %d\n",
       o.listen, o.advertise.empty() ? "(listen host:bound port)" : o.advertise, o.role,
       o.port_file.empty() ? "(none)" : o.port_file, o.engine.chunk_bytes, o.engine.staging_bytes, o.engine.window,
-      o.engine.codec_threads, pipeline::CompressionName(o.compression), absl::ToInt64Milliseconds(o.default_lease_ttl),
-      absl::ToInt64Milliseconds(o.max_lease_ttl), absl::ToInt64Milliseconds(o.default_deadline),
-      absl::ToInt64Milliseconds(o.max_deadline));
+      o.engine.codec_threads, o.engine.gpu_workers, pipeline::CompressionName(o.compression),
+      absl::ToInt64Milliseconds(o.default_lease_ttl), absl::ToInt64Milliseconds(o.max_lease_ttl),
+      absl::ToInt64Milliseconds(o.default_deadline), absl::ToInt64Milliseconds(o.max_deadline));
 }
 
 }  // namespace kvferry::server

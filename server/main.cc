@@ -24,6 +24,9 @@ ABSL_FLAG(uint64_t, staging_mib, 64,
 ABSL_FLAG(uint32_t, window, 4, "Chunks in flight per transfer (1 .. 1024).");
 ABSL_FLAG(uint32_t, codec_threads, 2,
           "CPU codec threads for compressed chunks (0 .. 64; 0 turns compression off and refuses encoded chunks).");
+ABSL_FLAG(uint32_t, gpu_workers, 2,
+          "Threads per GPU with registered pools (0 .. 16), each with its own CUDA stream, CUDA codec workspaces "
+          "and device buffers: gather, encode, decode and scatter of chunks of GPU pools. 0 refuses GPU pools.");
 ABSL_FLAG(std::string, compression, "adaptive",
           "Compression of pulls that do not choose one: raw, compressed (every chunk through the codec; chunks "
           "that do not shrink go raw) or adaptive (the fraction of chunks that balances codec and link "
@@ -59,6 +62,11 @@ int main(int argc, char** argv) {
   o.engine.staging_bytes = absl::GetFlag(FLAGS_staging_mib) << 20;
   o.engine.window = absl::GetFlag(FLAGS_window);
   o.engine.codec_threads = absl::GetFlag(FLAGS_codec_threads);
+  o.engine.gpu_workers = absl::GetFlag(FLAGS_gpu_workers);
+  if (o.engine.gpu_workers > 16) {
+    std::fprintf(stderr, "kvferryd: --gpu_workers must be in [0, 16]\n");
+    return 2;
+  }
   {
     auto c = kvferry::pipeline::ParseCompression(absl::GetFlag(FLAGS_compression));
     if (!c.ok()) {

@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "common/shm.h"
 #include "kvferry/v1/control.pb.h"
+#include "transport/gpu/gpu.h"
 #include "transport/pipeline/segments.h"
 
 namespace kvferry::server {
@@ -23,9 +24,11 @@ struct Pool {
   std::string name;
   v1::KvLayout layout;
   Geometry geometry;
-  std::unique_ptr<ShmSegment> shm;
+  std::unique_ptr<ShmSegment> shm;       // host pools
+  std::unique_ptr<gpu::IpcMapping> ipc;  // GPU pools
+  int device = -1;                       // GPU pools: the CUDA device
   uint64_t offset = 0;
-  uint8_t* base = nullptr;  // shm->data() + offset
+  uint8_t* base = nullptr;  // shm->data() or ipc->base(), + offset
 
   // The byte stream of `blocks` in transfer order (see Geometry::StreamOffsets).
   pipeline::SegmentList Segments(const std::vector<uint32_t>& blocks) const;

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 targets=(//server:kvferryd //client:kvferry //tests:engine_test //tests:checksum_test)
 if grep -q "HAS_CUDA = True" "$(bazel info output_base 2>/dev/null)/external/local_cuda/defs.bzl" 2>/dev/null ||
    [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
-  targets+=(//tests:checksum_cuda_test //tests:codec_cuda_test //tests:codec_gpu_bench)
+  targets+=(//tests:checksum_cuda_test //tests:codec_cuda_test //tests:codec_gpu_bench //tests:gpu_engine_test
+            //tests:gpu_pool_test)
 fi
 bazel build --config=static "${targets[@]}"
 mkdir -p out/static

@@ -1,43 +1,54 @@
 #!/usr/bin/env bash
 # Runs on a GPU host from the repo root with the binaries of tools/build_static.sh
-# in out/static/: checks CUDA output against the CPU reference, runs the UCX
-# tests, the demo and a short benchmark, and prints what it measured.
-#   tools/gpu_check.sh [RESULT_DIR]
+# in out/static/ (or $BIN): checks CUDA output against the CPU reference, the
+# GPU-pool data path, the demo and benchmarks, and prints what it measured.
+#   tools/gpu_check.sh [RESULT_DIR] [all|codec|pipeline]
 set -uo pipefail
-B=out/static
+B="$(cd "${BIN:-out/static}" && pwd)"
 R="${1:-out/gpu}"
+WHAT="${2:-all}"
 mkdir -p "$R"
+R="$(cd "$R" && pwd)"
 status=0
 step() { echo; echo "=== $*"; }
 run() { "$@" || { echo "FAILED: $*"; status=1; }; }
+sanitize() { if command -v compute-sanitizer >/dev/null; then run compute-sanitizer --error-exitcode=1 "$@"; fi; }
 
 step "host"
 date -u +%Y-%m-%dT%H:%MZ
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || status=1
 nproc
-export UCX_TLS="${UCX_TLS:-tcp}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" UCX_WARN_UNUSED_ENV_VARS=n
+export UCX_TLS="${UCX_TLS:-tcp,self}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" UCX_WARN_UNUSED_ENV_VARS=n
 
-step "kvsum64: CPU reference tests"
-run $B/checksum_test
-step "kvsum64: CUDA equals CPU, byte for byte; GPU throughput"
-run $B/checksum_cuda_test --gtest_also_run_disabled_tests
-if command -v compute-sanitizer >/dev/null; then
-  step "compute-sanitizer memcheck"
-  run compute-sanitizer --error-exitcode=1 $B/checksum_cuda_test --gtest_filter='*Matches*'
+if [ "$WHAT" = all ] || [ "$WHAT" = codec ]; then
+  step "kvsum64: CPU reference tests"
+  run $B/checksum_test
+  step "kvsum64: CUDA equals CPU, byte for byte; GPU throughput"
+  run $B/checksum_cuda_test --gtest_also_run_disabled_tests
+  sanitize $B/checksum_cuda_test --gtest_filter='*Matches*'
+  step "codec: CUDA encoder and decoder vs CPU reference"
+  run $B/codec_cuda_test
+  sanitize $B/codec_cuda_test
+  step "codec: GPU benchmark on real KV (KV_DIR=${KV_DIR:-kv}), checked against the CPU"
+  run $B/codec_gpu_bench --kv_dir="${KV_DIR:-kv}"
 fi
-step "codec: CUDA encoder and decoder vs CPU reference"
-run $B/codec_cuda_test
-if command -v compute-sanitizer >/dev/null; then
-  run compute-sanitizer --error-exitcode=1 $B/codec_cuda_test
+
+if [ "$WHAT" = all ] || [ "$WHAT" = pipeline ]; then
+  step "pipeline engine over UCX (static binary)"
+  run $B/engine_test
+  step "pipeline engine on GPU memory (loopback and UCX), then under compute-sanitizer"
+  run $B/gpu_engine_test
+  sanitize $B/gpu_engine_test --gtest_filter='*loopback'
+  step "GPU pools: two kvferryd processes importing CUDA IPC handles"
+  work="$(mktemp -d)"  # the test starts server/kvferryd from its working directory
+  mkdir -p "$work/server" && cp "$B/kvferryd" "$work/server/kvferryd"
+  (cd "$work" && TEST_TMPDIR="$work" "$B/gpu_pool_test") || { echo "FAILED: gpu_pool_test"; status=1; }
+  step "demo"
+  run $B/kvferry demo --kvferryd=$B/kvferryd
+  step "bench: host and GPU pools, raw / compressed / adaptive (no ucx_perftest on this host)"
+  run $B/kvferry bench --kvferryd=$B/kvferryd --memory=host,gpu --sizes=${BENCH_SIZES:-64M,256M,1G} \
+    --perftest= --rounds=1 --kv_dir="${KV_DIR:-kv}" --json="$R/bench.json"
 fi
-step "codec: GPU benchmark on real KV (KV_DIR=${KV_DIR:-kv}), checked against the CPU"
-run $B/codec_gpu_bench --kv_dir="${KV_DIR:-kv}"
-step "pipeline engine over UCX (static binary)"
-run $B/engine_test
-step "demo"
-run $B/kvferry demo --kvferryd=$B/kvferryd
-step "bench (no ucx_perftest on this host)"
-run $B/kvferry bench --kvferryd=$B/kvferryd --sizes=1M,16M,64M,256M,1G --perftest= --json="$R/bench.json"
 echo
 [ $status -eq 0 ] && echo "gpu_check: all passed" || echo "gpu_check: FAILURES"
 exit $status

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cli/cluster.h"
+#include "client/cli/codec_gpu.h"
 #include "client/cli/commands.h"
 #include "client/cli/kv_data.h"
 #include "client/client.h"
@@ -36,6 +38,10 @@ ABSL_FLAG(std::string, link, "",
 ABSL_FLAG(std::string, modes, "raw,compressed,adaptive",
           "bench: compression modes to compare (raw, compressed, adaptive).");
 ABSL_FLAG(std::string, kv_dir, "", "bench: real bf16 KV captures (tools/kv_capture.py; default ~/.cache/kvferry/kv).");
+ABSL_FLAG(std::string, memory, "host",
+          "bench: pool memory to compare: host (shared memory) and/or gpu (CUDA IPC pools on --gpu_device; "
+          "needs CUDA), e.g. host,gpu.");
+ABSL_FLAG(int32_t, gpu_device, 0, "bench: CUDA device of the GPU pools (both daemons).");
 ABSL_FLAG(uint32_t, rounds, 3, "bench: rounds per size, alternating kvferry and ucx_perftest (medians reported).");
 
 namespace kvferry::cli {
@@ -208,6 +214,11 @@ int RunBench(const std::vector<std::string>&) {
     }
   }
   if (modes.empty()) return std::cerr << "kvferry bench: no modes\n", 2;
+  std::vector<std::string> memory_kinds = absl::StrSplit(absl::GetFlag(FLAGS_memory), ',', absl::SkipEmpty());
+  for (const auto& m : memory_kinds) {
+    if (m != "host" && m != "gpu") return std::cerr << "kvferry bench: --memory: '" << m << "' is not host or gpu\n", 2;
+  }
+  if (memory_kinds.empty()) return std::cerr << "kvferry bench: no memory kinds\n", 2;
   const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   auto bin = FindKvferryd(absl::GetFlag(FLAGS_kvferryd));
   if (!bin.ok()) return std::cerr << "kvferry bench: " << bin.status() << "\n", 1;
@@ -262,101 +273,148 @@ int RunBench(const std::vector<std::string>&) {
     data_name = "synthetic KV-like bf16";
   }
 
+  // The pools each memory kind pulls between. GPU pools: this process plays
+  // the GPU worker, owning two device buffers shared by CUDA IPC; the host
+  // pools serve as the source data and as the scratch space for checking.
+  struct Memory {
+    std::string name;
+    uint64_t src = 0, dst = 0;
+    std::unique_ptr<GpuBuffer> gsrc, gdst;
+  };
+  std::vector<Memory> memories;
+  for (const auto& kind : memory_kinds) {
+    Memory m;
+    m.name = kind;
+    if (kind == "host") {
+      m.src = (*ppool)->id();
+      m.dst = (*dpool)->id();
+    } else {
+      const int dev = absl::GetFlag(FLAGS_gpu_device);
+      auto s = GpuBuffer::Create(dev, (*ppool)->bytes());
+      auto d = GpuBuffer::Create(dev, (*dpool)->bytes());
+      if (!s.ok() || !d.ok()) {
+        return std::cerr << "kvferry bench: GPU pools: " << (s.ok() ? d.status() : s.status()) << "\n", 1;
+      }
+      m.gsrc = std::move(s).value();
+      m.gdst = std::move(d).value();
+      if (auto st = m.gsrc->CopyIn((*ppool)->base(), (*ppool)->bytes()); !st.ok()) {
+        return std::cerr << "kvferry bench: " << st << "\n", 1;
+      }
+      auto rs = (*pc)->RegisterGpuPool("bench-gpu-src", layout, blocks, m.gsrc->ipc_handle(), m.gsrc->pci_bus_id());
+      auto rd = (*dc)->RegisterGpuPool("bench-gpu-dst", layout, blocks, m.gdst->ipc_handle(), m.gdst->pci_bus_id());
+      if (!rs.ok() || !rd.ok()) {
+        return std::cerr << "kvferry bench: GPU pool: " << (rs.ok() ? rd.status() : rs.status()) << "\n", 1;
+      }
+      m.src = rs->pool_id();
+      m.dst = rd->pool_id();
+    }
+    memories.push_back(std::move(m));
+  }
+
   auto env = UcxLoopbackEnv();
+  const std::string kinds = absl::StrJoin(memory_kinds, " and ");
   if (link_rate.empty()) {
-    std::printf("kvferry bench: two daemons on loopback, host pools, UCX %s, data: %s\n",
+    std::printf("kvferry bench: two daemons on loopback, %s pools, UCX %s, data: %s\n", kinds.c_str(),
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
   } else {
     std::printf(
-        "kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), host pools, "
+        "kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), %s pools, "
         "UCX tcp, data: %s\n",
-        link_rate.c_str(), data_name.c_str());
+        link_rate.c_str(), kinds.c_str(), data_name.c_str());
   }
-  std::printf("%10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "size", "mode", "iters/rd", "e2e GB/s",
+  std::printf("%-5s %10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "mem", "size", "mode", "iters/rd", "e2e GB/s",
               "xfer GB/s", "wire x", "encoded", "1st ms", "ucx_perftest GB/s", "ratio", "verified");
   const bool tty = isatty(2);
   std::string json = absl::StrFormat("{\n  \"data\": \"%s\",\n  \"results\": [\n", data_name);
   int rc = 0;
   bool first_row = true;
-  double base_gbps = 0;
-  for (size_t si = 0; si < sizes.size(); ++si) {
-    for (size_t mi = 0; mi < modes.size(); ++mi) {
-      const uint64_t size = sizes[si];
-      const auto& [mode_name, mode] = modes[mi];
-      uint32_t iters = absl::GetFlag(FLAGS_iters);
-      if (iters == 0) iters = static_cast<uint32_t>(std::clamp<uint64_t>((2048 * kMiB) / size, 3, 50));
-      const uint32_t n = static_cast<uint32_t>(size / kMiB);
-      std::vector<uint32_t> ids(n);
-      for (uint32_t i = 0; i < n; ++i) ids[i] = i;
-      std::vector<double> e2e, xfer, base_runs, wire_x, encoded, first_ms;
-      bool verified = true;
-      std::memset((*dpool)->base(), 0, (*dpool)->bytes());
-      const uint32_t rounds = std::max(1u, absl::GetFlag(FLAGS_rounds));
-      // Rounds alternate kvferry and ucx_perftest so that both see the same
-      // machine conditions; each reports the median of its samples.
-      for (uint32_t round = 0; round < rounds; ++round) {
-        for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (and verifies in round 0)
-          const absl::Time t0 = absl::Now();
-          auto ticket = (*pc)->Publish((*ppool)->id(), ids);
-          if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
-          auto id = (*dc)->Pull(*ticket, (*dpool)->id(), ids, absl::ZeroDuration(), mode);
-          if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
-          auto last = (*dc)->Watch(*id);
-          const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-          if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
-            std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString())
-                      << "\n";
-            return 1;
-          }
-          if (it == 0) {
-            if (round == 0) {
-              for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+  std::map<uint64_t, double> base_gbps;  // per size
+  for (size_t ki = 0; ki < memories.size(); ++ki)
+    for (size_t si = 0; si < sizes.size(); ++si) {
+      for (size_t mi = 0; mi < modes.size(); ++mi) {
+        Memory& mem = memories[ki];
+        const uint64_t size = sizes[si];
+        const auto& [mode_name, mode] = modes[mi];
+        uint32_t iters = absl::GetFlag(FLAGS_iters);
+        if (iters == 0) iters = static_cast<uint32_t>(std::clamp<uint64_t>((2048 * kMiB) / size, 3, 50));
+        const uint32_t n = static_cast<uint32_t>(size / kMiB);
+        std::vector<uint32_t> ids(n);
+        for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+        std::vector<double> e2e, xfer, base_runs, wire_x, encoded, first_ms;
+        bool verified = true;
+        if (mem.gdst) {
+          if (auto st = mem.gdst->Zero(); !st.ok()) return std::cerr << "kvferry bench: " << st << "\n", 1;
+        } else {
+          std::memset((*dpool)->base(), 0, (*dpool)->bytes());
+        }
+        const uint32_t rounds = std::max(1u, absl::GetFlag(FLAGS_rounds));
+        // Rounds alternate kvferry and ucx_perftest so that both see the same
+        // machine conditions; each reports the median of its samples.
+        for (uint32_t round = 0; round < rounds; ++round) {
+          for (uint32_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (and verifies in round 0)
+            const absl::Time t0 = absl::Now();
+            auto ticket = (*pc)->Publish(mem.src, ids);
+            if (!ticket.ok()) return std::cerr << "kvferry bench: publish: " << ticket.status() << "\n", 1;
+            auto id = (*dc)->Pull(*ticket, mem.dst, ids, absl::ZeroDuration(), mode);
+            if (!id.ok()) return std::cerr << "kvferry bench: pull: " << id.status() << "\n", 1;
+            auto last = (*dc)->Watch(*id);
+            const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+            if (!last.ok() || last->state() != v1::TRANSFER_STATE_DONE) {
+              std::cerr << "kvferry bench: transfer failed: " << (last.ok() ? last->error() : last.status().ToString())
+                        << "\n";
+              return 1;
             }
-            continue;
+            if (it == 0) {
+              if (round == 0) {
+                if (mem.gdst && !mem.gdst->CopyOut((*dpool)->base(), (*dpool)->bytes()).ok()) verified = false;
+                for (uint32_t b = 0; b < n; ++b) verified &= SameBlock(**ppool, b, **dpool, b);
+              }
+              continue;
+            }
+            e2e.push_back(size / 1e9 / secs);
+            xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
+            wire_x.push_back(last->wire_bytes() ? static_cast<double>(last->bytes_done()) / last->wire_bytes() : 0);
+            encoded.push_back(last->chunks_total() ? 100.0 * last->chunks_encoded() / last->chunks_total() : 0);
+            first_ms.push_back(last->first_payload_us() / 1e3);
+            if (tty) {
+              std::fprintf(stderr, "\r  %llu MiB %s: round %u/%u, %u/%u", static_cast<unsigned long long>(size / kMiB),
+                           mode_name.c_str(), round + 1, rounds, it, iters);
+            }
           }
-          e2e.push_back(size / 1e9 / secs);
-          xfer.push_back(size / 1e9 / (last->elapsed_us() / 1e6));
-          wire_x.push_back(last->wire_bytes() ? static_cast<double>(last->bytes_done()) / last->wire_bytes() : 0);
-          encoded.push_back(last->chunks_total() ? 100.0 * last->chunks_encoded() / last->chunks_total() : 0);
-          first_ms.push_back(last->first_payload_us() / 1e3);
-          if (tty) {
-            std::fprintf(stderr, "\r  %llu MiB %s: round %u/%u, %u/%u", static_cast<unsigned long long>(size / kMiB),
-                         mode_name.c_str(), round + 1, rounds, it, iters);
+          if (!perftest.empty() && mi == 0 && ki == 0) {  // one baseline per size
+            auto b = PerftestGBps(perftest, size, iters, *dir);
+            if (b.ok()) {
+              base_runs.push_back(*b);
+            } else {
+              std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
+            }
           }
         }
-        if (!perftest.empty() && mi == 0) {  // one baseline per size
-          auto b = PerftestGBps(perftest, size, iters, *dir);
-          if (b.ok()) {
-            base_runs.push_back(*b);
-          } else {
-            std::cerr << "kvferry bench: ucx_perftest: " << b.status() << "\n";
-          }
-        }
+        if (tty) std::fprintf(stderr, "\r%50s\r", "");
+        auto median = [](std::vector<double>& v) {
+          std::sort(v.begin(), v.end());
+          return v.empty() ? 0.0 : v[v.size() / 2];
+        };
+        if (mi == 0 && ki == 0) base_gbps[size] = median(base_runs);
+        const double med = median(e2e), med_x = median(xfer), base = base_gbps[size];
+        const double wx = median(wire_x), enc = median(encoded), fms = median(first_ms);
+        const std::string size_s =
+            size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
+        std::printf("%-5s %10s %-10s %6u %10.2f %10.2f %8.3f %7.0f%% %10.2f %16s %8s %s\n", mem.name.c_str(),
+                    size_s.c_str(), mode_name.c_str(), iters, med, med_x, wx, enc, fms,
+                    base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
+                    base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
+        std::fflush(stdout);
+        if (!verified) rc = 1;
+        json += absl::StrFormat(
+            "%s    {\"memory\": \"%s\", \"bytes\": %d, \"mode\": \"%s\", \"iters\": %d, \"e2e_gbps_median\": %.4f, "
+            "\"transfer_gbps_median\": %.4f, \"wire_ratio\": %.4f, \"encoded_chunks_pct\": %.1f, "
+            "\"first_payload_ms\": %.3f, \"ucx_perftest_gbps\": %.4f, \"ratio\": %.4f, \"verified\": %s}",
+            first_row ? "" : ",\n", mem.name, size, mode_name, iters, med, med_x, wx, enc, fms, base,
+            base > 0 ? med / base : 0.0, verified ? "true" : "false");
+        first_row = false;
       }
-      if (tty) std::fprintf(stderr, "\r%50s\r", "");
-      auto median = [](std::vector<double>& v) {
-        std::sort(v.begin(), v.end());
-        return v.empty() ? 0.0 : v[v.size() / 2];
-      };
-      if (mi == 0) base_gbps = median(base_runs);
-      const double med = median(e2e), med_x = median(xfer), base = base_gbps;
-      const double wx = median(wire_x), enc = median(encoded), fms = median(first_ms);
-      const std::string size_s =
-          size >= (1ull << 30) ? absl::StrCat(size >> 30, " GiB") : absl::StrCat(size >> 20, " MiB");
-      std::printf("%10s %-10s %6u %10.2f %10.2f %8.3f %7.0f%% %10.2f %16s %8s %s\n", size_s.c_str(), mode_name.c_str(),
-                  iters, med, med_x, wx, enc, fms, base > 0 ? absl::StrFormat("%.2f", base).c_str() : "-",
-                  base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
-      std::fflush(stdout);
-      if (!verified) rc = 1;
-      json += absl::StrFormat(
-          "%s    {\"bytes\": %d, \"mode\": \"%s\", \"iters\": %d, \"e2e_gbps_median\": %.4f, "
-          "\"transfer_gbps_median\": %.4f, \"wire_ratio\": %.4f, \"encoded_chunks_pct\": %.1f, "
-          "\"first_payload_ms\": %.3f, \"ucx_perftest_gbps\": %.4f, \"ratio\": %.4f, \"verified\": %s}",
-          first_row ? "" : ",\n", size, mode_name, iters, med, med_x, wx, enc, fms, base, base > 0 ? med / base : 0.0,
-          verified ? "true" : "false");
-      first_row = false;
     }
-  }
   json += "\n";
   json += "  ]\n}\n";
   std::printf(

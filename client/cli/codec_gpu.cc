@@ -144,4 +144,37 @@ absl::StatusOr<size_t> GpuDecode(const uint8_t* in, size_t n, uint8_t* out, size
   return static_cast<size_t>(info->original_bytes);
 }
 
+absl::StatusOr<std::unique_ptr<GpuBuffer>> GpuBuffer::Create(int device, size_t bytes) {
+  if (auto st = HaveDevice(); !st.ok()) return st;
+  if (auto st = Cuda(cudaSetDevice(device), "set device"); !st.ok()) return st;
+  auto b = std::unique_ptr<GpuBuffer>(new GpuBuffer());
+  b->device_ = device;
+  b->bytes_ = bytes;
+  void* p = nullptr;
+  if (auto st = Cuda(cudaMalloc(&p, bytes), "malloc"); !st.ok()) return st;
+  b->data_ = static_cast<uint8_t*>(p);
+  cudaIpcMemHandle_t h;
+  if (auto st = Cuda(cudaIpcGetMemHandle(&h, p), "IPC handle"); !st.ok()) return st;
+  b->handle_.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+  char bus[32] = {0};
+  if (auto st = Cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "PCI bus id"); !st.ok()) return st;
+  b->bus_id_ = bus;
+  return b;
+}
+
+GpuBuffer::~GpuBuffer() {
+  if (data_ != nullptr) {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+  }
+}
+
+absl::Status GpuBuffer::CopyIn(const uint8_t* host, size_t n) {
+  return Cuda(cudaMemcpy(data_, host, std::min(n, bytes_), cudaMemcpyHostToDevice), "copy");
+}
+absl::Status GpuBuffer::CopyOut(uint8_t* host, size_t n) const {
+  return Cuda(cudaMemcpy(host, data_, std::min(n, bytes_), cudaMemcpyDeviceToHost), "copy");
+}
+absl::Status GpuBuffer::Zero() { return Cuda(cudaMemset(data_, 0, bytes_), "memset"); }
+
 }  // namespace kvferry::cli
