@@ -21,10 +21,10 @@ ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once se
 ABSL_FLAG(uint64_t, chunk_bytes, 1ull << 20, "Payload bytes per data-plane chunk (4 KiB .. 1 GiB).");
 ABSL_FLAG(uint64_t, staging_mib, 64,
           "Staging memory per direction (send, receive) in MiB, allocated at start; bounds chunks in flight.");
-ABSL_FLAG(uint32_t, window, 4, "Chunks in flight per transfer (1 .. 1024).");
+ABSL_FLAG(uint32_t, window, 8, "Chunks in flight per transfer (1 .. 1024).");
 ABSL_FLAG(uint32_t, codec_threads, 2,
           "CPU codec threads for compressed chunks (0 .. 64; 0 turns compression off and refuses encoded chunks).");
-ABSL_FLAG(uint32_t, gpu_workers, 2,
+ABSL_FLAG(uint32_t, gpu_workers, 4,
           "Threads per GPU with registered pools (0 .. 16), each with its own CUDA stream, CUDA codec workspaces "
           "and device buffers: gather, encode, decode and scatter of chunks of GPU pools. 0 refuses GPU pools.");
 ABSL_FLAG(std::string, compression, "adaptive",

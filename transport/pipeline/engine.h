@@ -101,9 +101,9 @@ struct RecvSpec {
 struct EngineOptions {
   uint64_t chunk_bytes = 1ull << 20;     // largest chunk payload
   uint64_t staging_bytes = 64ull << 20;  // per direction (send, receive)
-  uint32_t window = 4;                   // chunks in flight per transfer
+  uint32_t window = 8;                   // chunks in flight per transfer
   uint32_t codec_threads = 2;            // CPU codec threads (0: no compression; encoded chunks are refused)
-  uint32_t gpu_workers = 2;              // per GPU device with pools: threads, each with a stream and buffers
+  uint32_t gpu_workers = 4;              // per GPU device with pools: threads, each with a stream and buffers
 };
 
 struct EngineStats {
