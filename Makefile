@@ -29,7 +29,7 @@ fuzz: deps
 
 # Host-to-host throughput through two daemons vs ucx_perftest.
 bench: build
-	bazel-bin/client/kvferry bench --kvferryd=bazel-bin/server/kvferryd --json=bench.json
+	bazel-bin/client/kvferry bench --kvferryd=bazel-bin/server/kvferryd --json=bench.json --plot=bench.png
 
 # Binaries that need only libc (and the NVIDIA driver), in out/static/.
 static: deps

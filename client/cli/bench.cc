@@ -22,6 +22,7 @@
 #include "client/cli/codec_gpu.h"
 #include "client/cli/commands.h"
 #include "client/cli/kv_data.h"
+#include "client/cli/plot.h"
 #include "client/client.h"
 
 ABSL_DECLARE_FLAG(std::string, kvferryd);
@@ -30,6 +31,7 @@ ABSL_FLAG(std::string, sizes, "1M,4M,16M,64M,256M,1G", "bench: transfer sizes (K
 ABSL_FLAG(uint32_t, iters, 0, "bench: iterations per size (0: auto, about 2 GiB per size, 3..50).");
 ABSL_FLAG(std::string, perftest, "ucx_perftest", "bench: ucx_perftest binary ('' to skip the baseline).");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file.");
+ABSL_FLAG(std::string, plot, "", "bench: also draw the end-to-end GB/s per size and mode as a PNG bar chart here.");
 ABSL_FLAG(std::string, daemon_flags, "", "bench: extra kvferryd flags, space separated.");
 ABSL_FLAG(std::string, link, "",
           "bench: shape the link to this rate (tc tbf syntax: 1gbit, 2500mbit, 10gbit). The decode daemon then runs "
@@ -318,9 +320,9 @@ int RunBench(const std::vector<std::string>&) {
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "UCX_TLS=tcp (default here)", data_name.c_str());
   } else {
     std::printf(
-        "kvferry bench: two daemons in two network namespaces, veth shaped to %s (tc tbf), %s pools, "
-        "UCX tcp, data: %s\n",
-        link_rate.c_str(), kinds.c_str(), data_name.c_str());
+        "kvferry bench: two daemons in two network namespaces (decode in %s), veth shaped to %s (tc tbf), %s "
+        "pools, UCX tcp, data: %s\n",
+        link.ns().c_str(), link_rate.c_str(), kinds.c_str(), data_name.c_str());
   }
   std::printf("%-5s %10s %-10s %6s %10s %10s %8s %8s %10s %16s %8s %s\n", "mem", "size", "mode", "iters/rd", "e2e GB/s",
               "xfer GB/s", "wire x", "encoded", "1st ms", "ucx_perftest GB/s", "ratio", "verified");
@@ -329,6 +331,11 @@ int RunBench(const std::vector<std::string>&) {
   int rc = 0;
   bool first_row = true;
   std::map<uint64_t, double> base_gbps;  // per size
+  BarChart chart;
+  chart.title = data_name.find("real") == 0 ? "kvferry bench: real bf16 kv" : "kvferry bench: synthetic bf16";
+  if (!link_rate.empty()) chart.title += ", link " + link_rate;
+  chart.y_label = "gb/s";
+  for (const auto& m : modes) chart.series.push_back(m.first);
   for (size_t ki = 0; ki < memories.size(); ++ki)
     for (size_t si = 0; si < sizes.size(); ++si) {
       for (size_t mi = 0; mi < modes.size(); ++mi) {
@@ -406,6 +413,11 @@ int RunBench(const std::vector<std::string>&) {
                     base > 0 ? absl::StrFormat("%.2f", med / base).c_str() : "-", verified ? "bit-exact" : "MISMATCH");
         std::fflush(stdout);
         if (!verified) rc = 1;
+        if (mi == 0) {
+          chart.groups.push_back(absl::StrCat(mem.name, " ", size_s));
+          chart.values.emplace_back(modes.size(), 0.0);
+        }
+        chart.values.back()[mi] = med;
         json += absl::StrFormat(
             "%s    {\"memory\": \"%s\", \"bytes\": %d, \"mode\": \"%s\", \"iters\": %d, \"e2e_gbps_median\": %.4f, "
             "\"transfer_gbps_median\": %.4f, \"wire_ratio\": %.4f, \"encoded_chunks_pct\": %.1f, "
@@ -422,6 +434,12 @@ int RunBench(const std::vector<std::string>&) {
       "wire x: raw bytes / bytes on the wire; encoded: chunks sent as codec chunks; 1st ms: transfer start to the\n"
       "first verified payload at the receiver; ratio: e2e / ucx_perftest tag_bw average bandwidth, medians over\n"
       "rounds (1 GB = 10^9 bytes).\n");
+  if (!absl::GetFlag(FLAGS_plot).empty()) {
+    if (auto st = WriteBarChartPng(absl::GetFlag(FLAGS_plot), chart); !st.ok()) {
+      std::cerr << "kvferry bench: --plot: " << st << "\n";
+      rc = 1;
+    }
+  }
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::ofstream f(absl::GetFlag(FLAGS_json));
     f << json;

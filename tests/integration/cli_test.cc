@@ -109,11 +109,23 @@ TEST(Cli, BenchComparesModesOverAShapedLinkAndCleansUp) {
     ASSERT_TRUE(del.ok());
     del->Wait(absl::Seconds(10));
   }
-  CliRun r = Cli(
-      {"bench", "--kvferryd=server/kvferryd", "--link=1gbit", "--sizes=1M", "--iters=1", "--rounds=1", "--perftest="},
-      absl::Seconds(120));
+  const std::string png = absl::StrCat(TmpDir(), "/bench.png");
+  CliRun r = Cli({"bench", "--kvferryd=server/kvferryd", "--link=1gbit", "--sizes=1M", "--iters=1", "--rounds=1",
+                  "--perftest=", "--plot=" + png},
+                 absl::Seconds(120));
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("two network namespaces, veth shaped to 1gbit"), std::string::npos) << r.output;
+  {
+    std::ifstream f(png, std::ios::binary);
+    std::string head(8, '\0');
+    f.read(head.data(), 8);
+    EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8)) << "--plot wrote no PNG";
+  }
+  EXPECT_NE(r.output.find("veth shaped to 1gbit"), std::string::npos) << r.output;
+  // The namespace this bench made (other runs on the host may have their own).
+  const size_t at = r.output.find("(decode in ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string ns = r.output.substr(at + 11, r.output.find(')', at) - at - 11);
+  EXPECT_EQ(ns.rfind("kvferry-", 0), 0u) << ns;
   for (const char* mode : {" raw ", " compressed ", " adaptive "}) {
     EXPECT_NE(r.output.find(mode), std::string::npos) << mode << "\n" << r.output;
   }
@@ -123,7 +135,7 @@ TEST(Cli, BenchComparesModesOverAShapedLinkAndCleansUp) {
   }
   EXPECT_EQ(exact, 3u) << r.output;
   EXPECT_EQ(r.output.find("MISMATCH"), std::string::npos) << r.output;
-  EXPECT_EQ(ns_list().find(absl::StrCat("kvferry-")), std::string::npos) << "namespace left behind";
+  EXPECT_EQ(ns_list().find(ns), std::string::npos) << "namespace " << ns << " left behind";
 }
 
 TEST(Cli, BadUsageFailsClearly) {
