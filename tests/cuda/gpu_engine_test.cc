@@ -13,6 +13,7 @@
 
 #include "kernels/checksum.h"
 #include "kernels/codec.h"
+#include "tests/util/engine_util.h"
 #include "tests/util/kv_like.h"
 #include "transport/chunk.h"
 #include "transport/loopback/loopback_transport.h"
@@ -52,20 +53,6 @@ SegmentList Segments(uint8_t* base, size_t n, size_t seg, uint32_t seed) {
   std::shuffle(s.begin(), s.end(), std::mt19937(seed));
   return SegmentList(s);
 }
-
-struct Result {
-  std::promise<absl::Status> p;
-  std::future<absl::Status> f = p.get_future();
-  DoneCallback cb() {
-    return [this](absl::Status s) { p.set_value(std::move(s)); };
-  }
-  absl::Status Get() {
-    if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-      return absl::DeadlineExceededError("test: job never ended");
-    }
-    return f.get();
-  }
-};
 
 CodecSpec Bf16(Compression mode) { return {mode, codec::DType::kBF16, {}}; }
 
@@ -183,26 +170,6 @@ TEST_P(GpuEngineTest, HostAndDeviceMemoryInterchange) {
   }
 }
 
-class RawSender {
- public:
-  RawSender(std::unique_ptr<transport::Transport> t, const std::string& peer) : t_(std::move(t)) {
-    ep_ = t_->Connect(peer).value();
-  }
-  void Send(uint64_t id, const transport::ChunkHeader& h, const std::vector<uint8_t>& payload) {
-    std::vector<uint8_t> header(transport::kChunkHeaderBytes);
-    transport::EncodeChunkHeader(h, header.data());
-    ASSERT_TRUE(ep_->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), 1).ok());
-    ASSERT_TRUE(ep_->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), 2).ok());
-    std::vector<transport::Completion> c;
-    for (int i = 0; i < 200000 && c.size() < 2; ++i) t_->Progress(&c);
-    ASSERT_EQ(c.size(), 2u);
-  }
-
- private:
-  std::unique_ptr<transport::Transport> t_;
-  std::unique_ptr<transport::Endpoint> ep_;
-};
-
 // A chunk that fails either check (the wire kvsum64, or the CUDA decoder's
 // kvsum64 of what it decoded) fails the transfer and leaves device memory as
 // it was.
@@ -233,7 +200,8 @@ TEST_P(GpuEngineTest, CorruptChunksNeverReachDeviceMemory) {
     RecvSpec spec{id, Segments(dst.p, raw.size(), 0, 0), raw.size(), absl::Now() + absl::Seconds(10), nullptr, r.cb()};
     spec.device = 0;
     ASSERT_TRUE(rx->StartRecv(spec).ok());
-    RawSender(NewTransport(), rx->address()).Send(id, {id, 0, 1, 0, c.payload->size(), c.sum, c.flags}, *c.payload);
+    RawSender(NewTransport(), rx->address())
+        .Send(id, Header({id, 0, 1, 0, c.payload->size(), c.sum, c.flags}), *c.payload);
     EXPECT_EQ(r.Get().code(), absl::StatusCode::kDataLoss) << c.name;
     EXPECT_TRUE(dst.Get() == std::vector<uint8_t>(raw.size(), 0)) << c.name << ": unverified bytes reached the GPU";
   }
@@ -244,7 +212,7 @@ TEST_P(GpuEngineTest, CorruptChunksNeverReachDeviceMemory) {
   spec.device = 0;
   ASSERT_TRUE(rx->StartRecv(spec).ok());
   RawSender(NewTransport(), rx->address())
-      .Send(399, {399, 0, 1, 0, enc.size(), Kvsum64(enc.data(), enc.size()), transport::kChunkEncoded}, enc);
+      .Send(399, Header({399, 0, 1, 0, enc.size(), Kvsum64(enc.data(), enc.size()), transport::kChunkEncoded}), enc);
   EXPECT_TRUE(r.Get().ok());
   EXPECT_TRUE(dst.Get() == raw);
   auto st = rx->stats();

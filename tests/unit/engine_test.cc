@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "kernels/checksum.h"
 #include "kernels/codec.h"
+#include "tests/util/engine_util.h"
 #include "tests/util/kv_like.h"
 #include "transport/chunk.h"
 #include "transport/loopback/loopback_transport.h"
@@ -44,20 +45,6 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::shared_ptr<transport::LoopbackFabric> fabric_;
-};
-
-struct Result {
-  std::promise<absl::Status> p;
-  std::future<absl::Status> f = p.get_future();
-  DoneCallback cb() {
-    return [this](absl::Status s) { p.set_value(std::move(s)); };
-  }
-  absl::Status Get() {
-    if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-      return absl::DeadlineExceededError("test: job never ended");
-    }
-    return f.get();
-  }
 };
 
 // Cuts `buf` into segments of `seg` bytes, in a scrambled order.
@@ -137,32 +124,6 @@ TEST_P(EngineTest, RejectsBadSpecs) {
 }
 
 // Sends hand-made messages to a receiver through a bare transport.
-class RawSender {
- public:
-  RawSender(std::unique_ptr<Transport> t, const std::string& peer) : t_(std::move(t)) {
-    auto ep = t_->Connect(peer);
-    EXPECT_TRUE(ep.ok()) << ep.status();
-    ep_ = std::move(ep).value();
-  }
-  // Sends one chunk as its two messages (header, payload) for transfer `id`.
-  void Send(uint64_t id, const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
-    ASSERT_TRUE(ep_->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), 1).ok());
-    ASSERT_TRUE(ep_->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), 2).ok());
-    std::vector<transport::Completion> c;
-    for (int i = 0; i < 200000 && c.size() < 2; ++i) t_->Progress(&c);
-    ASSERT_EQ(c.size(), 2u);
-  }
-
- private:
-  std::unique_ptr<Transport> t_;
-  std::unique_ptr<transport::Endpoint> ep_;
-};
-
-std::vector<uint8_t> Header(const transport::ChunkHeader& h) {
-  std::vector<uint8_t> m(transport::kChunkHeaderBytes);
-  transport::EncodeChunkHeader(h, m.data());
-  return m;
-}
 
 TEST_P(EngineTest, CorruptOrMalformedChunksFailTheTransferAndWriteNothing) {
   auto rx = NewEngine(EngineOptions{64 << 10, 1 << 20, 4});

@@ -165,11 +165,15 @@ struct ChunkWorker::Impl {
 
   absl::Status Sync(const char* what) { return Cuda(cudaStreamSynchronize(stream), what); }
 
-  // Copies device ranges one after the other into dst (device).
-  absl::Status Gather(const std::vector<DeviceRange>& src, uint8_t* dst) {
+  // Enqueues copies between the ranges, in order, and one flat buffer:
+  // gather (into `flat`) or scatter (from it). `kind` says where `flat` is.
+  absl::Status CopyRanges(const std::vector<DeviceRange>& ranges, uint8_t* flat, bool gather, cudaMemcpyKind kind,
+                          const char* what) {
     uint64_t pos = 0;
-    for (const auto& r : src) {
-      KVF_CUDA(cudaMemcpyAsync(dst + pos, r.data, r.len, cudaMemcpyDeviceToDevice, stream), "gather");
+    for (const auto& r : ranges) {
+      KVF_CUDA(gather ? cudaMemcpyAsync(flat + pos, r.data, r.len, kind, stream)
+                      : cudaMemcpyAsync(r.data, flat + pos, r.len, kind, stream),
+               what);
       pos += r.len;
     }
     return absl::OkStatus();
@@ -206,21 +210,14 @@ absl::StatusOr<std::unique_ptr<ChunkWorker>> ChunkWorker::Create(int device, uin
 
 absl::Status ChunkWorker::ToHost(const std::vector<DeviceRange>& src, uint8_t* host) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  uint64_t pos = 0;
-  for (const auto& r : src) {
-    KVF_CUDA(cudaMemcpyAsync(host + pos, r.data, r.len, cudaMemcpyDeviceToHost, impl_->stream), "copy to host");
-    pos += r.len;
-  }
+  if (auto st = impl_->CopyRanges(src, host, true, cudaMemcpyDeviceToHost, "copy to host"); !st.ok()) return st;
   return impl_->Sync("copy to host");
 }
 
 absl::Status ChunkWorker::FromHost(const uint8_t* host, const std::vector<DeviceRange>& dst) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  uint64_t pos = 0;
-  for (const auto& r : dst) {
-    KVF_CUDA(cudaMemcpyAsync(r.data, host + pos, r.len, cudaMemcpyHostToDevice, impl_->stream), "copy to device");
-    pos += r.len;
-  }
+  auto st = impl_->CopyRanges(dst, const_cast<uint8_t*>(host), false, cudaMemcpyHostToDevice, "copy to device");
+  if (!st.ok()) return st;
   return impl_->Sync("copy to device");
 }
 
@@ -246,7 +243,7 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options
     c.in.count = static_cast<uint32_t>(src.size());
     c.in.block_bytes = src[0].len;
   } else {
-    if (auto st = w.Gather(src, w.stage); !st.ok()) return st;
+    if (auto st = w.CopyRanges(src, w.stage, true, cudaMemcpyDeviceToDevice, "gather"); !st.ok()) return st;
     c.in.data = w.stage;
   }
   c.bytes = len;
@@ -300,11 +297,7 @@ absl::Status ChunkWorker::Decode(const uint8_t* in, uint64_t in_len, const std::
   if (auto st = w.Sync("decode"); !st.ok()) return st;
   if (w.host->status != 0) return codec::cuda::ToStatus(w.host->status);
   // Verified: now into the destination blocks.
-  uint64_t pos = 0;
-  for (const auto& r : dst) {
-    KVF_CUDA(cudaMemcpyAsync(r.data, w.stage + pos, r.len, cudaMemcpyDeviceToDevice, w.stream), "scatter");
-    pos += r.len;
-  }
+  if (auto st = w.CopyRanges(dst, w.stage, false, cudaMemcpyDeviceToDevice, "scatter"); !st.ok()) return st;
   return w.Sync("scatter");
 }
 

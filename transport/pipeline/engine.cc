@@ -77,33 +77,37 @@ class StagingPool {
   std::vector<int> free_;
 };
 
-// Codec threads: run tasks posted by the engine thread. Results travel back
-// through the engine's completion queue (see Impl::PostCodecDone).
-class CodecPool {
+// Threads that run tasks posted by the engine thread, one per worker; a task
+// gets its thread's worker (CPU codec: none; GPU: its ChunkWorker, with the
+// stream and buffers that thread owns). Results travel back through the
+// engine's completion queue (see Impl::PostCodecDone).
+template <typename Worker>
+class WorkerPool {
  public:
-  explicit CodecPool(uint32_t threads) {
-    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  using Task = std::function<void(Worker&)>;
+  explicit WorkerPool(std::vector<std::unique_ptr<Worker>> workers) : workers_(std::move(workers)) {
+    for (auto& w : workers_) threads_.emplace_back([this, w = w.get()] { Work(w); });
   }
-  ~CodecPool() {
+  ~WorkerPool() {
     {
       MutexLock l(&mu_);
       stop_ = true;
     }
     for (auto& t : threads_) t.join();
   }
-  CodecPool(const CodecPool&) = delete;
-  CodecPool& operator=(const CodecPool&) = delete;
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void Post(std::function<void()> task) {
+  void Post(Task task) {
     MutexLock l(&mu_);
     tasks_.push_back(std::move(task));
   }
   uint32_t size() const { return static_cast<uint32_t>(threads_.size()); }
 
  private:
-  void Work() {
+  void Work(Worker* w) {
     for (;;) {
-      std::function<void()> task;
+      Task task;
       {
         MutexLock l(&mu_);
         mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !tasks_.empty(); });
@@ -111,60 +115,21 @@ class CodecPool {
         task = std::move(tasks_.front());
         tasks_.pop_front();
       }
-      task();
-    }
-  }
-
-  Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> threads_;
-};
-
-// GPU worker threads of one device, each owning a ChunkWorker (its stream and
-// buffers). Same task queue as CodecPool; results go back the same way.
-class GpuPool {
- public:
-  explicit GpuPool(std::vector<std::unique_ptr<gpu::ChunkWorker>> workers) : workers_(std::move(workers)) {
-    for (auto& w : workers_) threads_.emplace_back([this, w = w.get()] { Work(w); });
-  }
-  ~GpuPool() {
-    {
-      MutexLock l(&mu_);
-      stop_ = true;
-    }
-    for (auto& t : threads_) t.join();
-  }
-  GpuPool(const GpuPool&) = delete;
-  GpuPool& operator=(const GpuPool&) = delete;
-
-  void Post(std::function<void(gpu::ChunkWorker&)> task) {
-    MutexLock l(&mu_);
-    tasks_.push_back(std::move(task));
-  }
-  uint32_t size() const { return static_cast<uint32_t>(threads_.size()); }
-
- private:
-  void Work(gpu::ChunkWorker* w) {
-    for (;;) {
-      std::function<void(gpu::ChunkWorker&)> task;
-      {
-        MutexLock l(&mu_);
-        mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
       task(*w);
     }
   }
 
-  std::vector<std::unique_ptr<gpu::ChunkWorker>> workers_;
+  std::vector<std::unique_ptr<Worker>> workers_;
   Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<std::function<void(gpu::ChunkWorker&)>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
 };
+
+// CPU codec threads keep nothing between tasks.
+struct CpuWorker {};
+using CodecPool = WorkerPool<CpuWorker>;
+using GpuPool = WorkerPool<gpu::ChunkWorker>;
 
 std::vector<gpu::DeviceRange> DeviceRanges(const SegmentList& segs, uint64_t off, uint64_t len) {
   std::vector<gpu::DeviceRange> out;
@@ -355,7 +320,11 @@ class Engine::Impl {
     if (!st.ok()) return st;
     st = recv_pool_.Init(recv_slot, recv_slots);
     if (!st.ok()) return st;
-    if (options_.codec_threads > 0) codec_ = std::make_unique<CodecPool>(options_.codec_threads);
+    if (options_.codec_threads > 0) {
+      std::vector<std::unique_ptr<CpuWorker>> workers;
+      for (uint32_t i = 0; i < options_.codec_threads; ++i) workers.push_back(std::make_unique<CpuWorker>());
+      codec_ = std::make_unique<CodecPool>(std::move(workers));
+    }
     thread_ = std::thread([this] { Run(); });
     return absl::OkStatus();
   }
@@ -803,7 +772,7 @@ class Engine::Impl {
       });
       return;
     }
-    codec_->Post([this, segs, off, len, o, raw_area, enc_area, key, slot] {
+    codec_->Post([this, segs, off, len, o, raw_area, enc_area, key, slot](CpuWorker&) {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;
@@ -836,7 +805,7 @@ class Engine::Impl {
   void PostDecode(Job* j, int slot, const uint8_t* payload, uint64_t len, uint64_t raw_len) {
     uint8_t* out = recv_pool_.ptr(slot) + second_off_;
     const uint64_t key = j->key;
-    codec_->Post([this, payload, len, raw_len, out, key, slot] {
+    codec_->Post([this, payload, len, raw_len, out, key, slot](CpuWorker&) {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;

@@ -1,0 +1,61 @@
+// Test helpers for the pipeline engine: a job's result as a future, and a
+// raw sender that puts hand-made chunk messages on a transport.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/chunk.h"
+#include "transport/pipeline/engine.h"
+#include "transport/transport.h"
+
+namespace kvferry::pipeline {
+
+// A job's `done` callback and the status it got.
+struct Result {
+  std::promise<absl::Status> p;
+  std::future<absl::Status> f = p.get_future();
+  DoneCallback cb() {
+    return [this](absl::Status s) { p.set_value(std::move(s)); };
+  }
+  absl::Status Get() {
+    if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      return absl::DeadlineExceededError("test: job never ended");
+    }
+    return f.get();
+  }
+};
+
+class RawSender {
+ public:
+  RawSender(std::unique_ptr<transport::Transport> t, const std::string& peer) : t_(std::move(t)) {
+    auto ep = t_->Connect(peer);
+    EXPECT_TRUE(ep.ok()) << ep.status();
+    ep_ = std::move(ep).value();
+  }
+  // Sends one chunk as its two messages (header, payload) for transfer `id`.
+  void Send(uint64_t id, const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
+    ASSERT_TRUE(ep_->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), 1).ok());
+    ASSERT_TRUE(ep_->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), 2).ok());
+    std::vector<transport::Completion> c;
+    for (int i = 0; i < 200000 && c.size() < 2; ++i) t_->Progress(&c);
+    ASSERT_EQ(c.size(), 2u);
+  }
+
+ private:
+  std::unique_ptr<transport::Transport> t_;
+  std::unique_ptr<transport::Endpoint> ep_;
+};
+
+inline std::vector<uint8_t> Header(const transport::ChunkHeader& h) {
+  std::vector<uint8_t> m(transport::kChunkHeaderBytes);
+  transport::EncodeChunkHeader(h, m.data());
+  return m;
+}
+
+}  // namespace kvferry::pipeline
