@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
+#include "kernels/codec_plan.h"
 
 namespace kvferry::codec {
 
@@ -44,10 +46,24 @@ struct EncodeOptions {
   bool channel_groups = true;
   // Worker threads; 0 picks min(hardware threads, 8).
   int threads = 0;
+  // Split-send. When set, it is called once, on the encoding thread, as soon
+  // as the raw plane is final at out + kHeaderBytes (raw_plane_bytes long)
+  // and before any exponent is coded, with the encoder's estimate of the
+  // chunk's size. Returning true takes the plane (e.g. puts it on the wire):
+  // the encoder then never falls back to STORED, so the plane stays part of
+  // the chunk, which may then be slightly larger than the input (see
+  // MaxSplitEncodedBytes). Not called when there is no raw plane (opaque
+  // bytes, empty or tiny chunks).
+  std::function<bool(uint64_t raw_plane_bytes, uint64_t estimated_bytes)> on_raw_plane;
 };
 
 // Largest chunk Encode can produce for `input_bytes` (the header + input).
 constexpr size_t MaxEncodedBytes(size_t input_bytes) { return kHeaderBytes + input_bytes; }
+
+// Largest chunk once on_raw_plane has taken the plane: the header, the input,
+// the largest map and tables, and per tile its directory entry and padding.
+// Encode needs this capacity whenever on_raw_plane is set.
+constexpr size_t MaxSplitEncodedBytes(size_t input_bytes) { return plan::MaxSplitChunkBytes(input_bytes); }
 
 // Encodes in[0, in_bytes) into out (capacity >= MaxEncodedBytes(in_bytes)).
 // Returns the chunk size.

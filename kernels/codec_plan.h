@@ -31,9 +31,7 @@ KVF_HD uint32_t Log2Q16(uint32_t f) {
 
 // Estimated coded size, in 1/65536 bits, of `count` symbols whose normalised
 // frequency is f (1..kM): count * (12 - log2 f).
-KVF_HD uint64_t CostQ16(uint64_t count, uint32_t f) {
-  return count * ((uint64_t{kProbBits} << 16) - Log2Q16(f));
-}
+KVF_HD uint64_t CostQ16(uint64_t count, uint32_t f) { return count * ((uint64_t{kProbBits} << 16) - Log2Q16(f)); }
 
 // The channel order of KV-aware mode sorts these keys: the channel's mean
 // exponent in 16.16 fixed point (floor), ties broken by channel index.
@@ -50,5 +48,19 @@ KVF_HD uint64_t ChannelCount(uint64_t n, uint64_t channels, uint64_t c) {
 // for G tables is the group for 16 tables shifted right by log2(16 / G), so
 // the histograms of 16 groups give those of 2, 4 and 8.
 KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<uint32_t>(rank * 16 / channels); }
+
+// Largest chunk once the encoder may no longer fall back to STORED (split-send):
+// header, input, the largest map (8192) and tables (16 x 516), and per
+// 16384-symbol tile its directory entry and padding.
+KVF_HD constexpr uint64_t MaxSplitChunkBytes(uint64_t input_bytes) {
+  return 64 + input_bytes + 16 * 1024 + 256 + 16 * (input_bytes / 16384 + 1);
+}
+
+// Split-send's estimate of a coded chunk's size in bytes: the header, the raw
+// plane, the chosen candidate's cost (coded symbols plus map and tables, in
+// Q16 bits) and, per tile, its directory entry and 32 final states.
+KVF_HD uint64_t EstimatedChunkBytes(uint64_t raw_plane, uint64_t cost_q16, uint64_t tiles) {
+  return 64 + raw_plane + (cost_q16 >> 19) + 1 + tiles * (4 + 128) + 3;
+}
 
 }  // namespace kvferry::codec::plan

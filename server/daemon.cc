@@ -356,15 +356,18 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
       resp->set_chunks_encoded(counters->chunks_encoded.load());
       resp->set_encode_us(counters->codec_ns.load() / 1000);
       resp->set_stalls(counters->stalls.load());
+      resp->set_chunks_split(counters->chunks_split.load());
+      resp->set_first_payload_us(counters->first_payload_ns.load() / 1000);
       const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
       if (s.ok()) {
         const uint64_t raw = counters->bytes_done.load(), wire = counters->wire_bytes.load();
         KVF_XLOG(info, "peer", id,
-                 "sent {} bytes in {} chunks ({}, {} encoded), {} on the wire (ratio {:.3f}), {:.3f} s, {:.2f} GB/s; "
-                 "encode {:.3f} s over codec threads, first payload after {:.3f} ms, {} stalls",
-                 raw, counters->chunks_done.load(), mode, counters->chunks_encoded.load(), wire,
-                 wire ? static_cast<double>(raw) / wire : 0.0, secs, raw / 1e9 / std::max(secs, 1e-9),
-                 counters->codec_ns.load() / 1e9, counters->first_payload_ns.load() / 1e6, counters->stalls.load());
+                 "sent {} bytes in {} chunks ({}, {} encoded, {} split), {} on the wire (ratio {:.3f}), {:.3f} s, "
+                 "{:.2f} GB/s; encode {:.3f} s over codec threads, first payload after {:.3f} ms, {} stalls",
+                 raw, counters->chunks_done.load(), mode, counters->chunks_encoded.load(),
+                 counters->chunks_split.load(), wire, wire ? static_cast<double>(raw) / wire : 0.0, secs,
+                 raw / 1e9 / std::max(secs, 1e-9), counters->codec_ns.load() / 1e9,
+                 counters->first_payload_ns.load() / 1e6, counters->stalls.load());
       } else {
         KVF_XLOG(info, "peer", id, "send ended: {}", s.ToString());
       }
@@ -482,7 +485,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
         // The sender gave up or vanished: end the receive with its reason.
         engine_->Cancel(pipeline::Direction::kRecv, id, FromGrpc(s, "sender: "));
       } else {
-        transfers_.SetSenderMetrics(id, call->resp.encode_us(), call->resp.stalls());
+        transfers_.SetSenderMetrics(id, call->resp);
       }
       MutexLock l(&calls_mu_);
       open_calls_.erase(call.get());
@@ -547,13 +550,14 @@ void Daemon::Shutdown() {
 std::string DescribeOptions(const DaemonOptions& o) {
   return absl::StrFormat(
       "listen = %s\nadvertise = %s\nrole = %s\nport_file = %s\nchunk_bytes = %d\nstaging_bytes_per_direction = %d\n"
-      "window = %d\ncodec_threads = %d\ngpu_workers = %d\ncompression = %s\n"
+      "window = %d\ncodec_threads = %d\ngpu_workers = %d\nsplit_send = %s\ncompression = %s\n"
       "default_lease_ttl_ms = %d\nmax_lease_ttl_ms = %d\ndefault_deadline_ms = %d\nmax_deadline_ms = %d\n",
       o.listen, o.advertise.empty() ? "(listen host:bound port)" : o.advertise, o.role,
       o.port_file.empty() ? "(none)" : o.port_file, o.engine.chunk_bytes, o.engine.staging_bytes, o.engine.window,
-      o.engine.codec_threads, o.engine.gpu_workers, pipeline::CompressionName(o.compression),
-      absl::ToInt64Milliseconds(o.default_lease_ttl), absl::ToInt64Milliseconds(o.max_lease_ttl),
-      absl::ToInt64Milliseconds(o.default_deadline), absl::ToInt64Milliseconds(o.max_deadline));
+      o.engine.codec_threads, o.engine.gpu_workers, o.engine.split_send ? "true" : "false",
+      pipeline::CompressionName(o.compression), absl::ToInt64Milliseconds(o.default_lease_ttl),
+      absl::ToInt64Milliseconds(o.max_lease_ttl), absl::ToInt64Milliseconds(o.default_deadline),
+      absl::ToInt64Milliseconds(o.max_deadline));
 }
 
 }  // namespace kvferry::server

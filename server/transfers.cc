@@ -39,12 +39,14 @@ std::shared_ptr<TransferTable::Record> TransferTable::Create(std::shared_ptr<Poo
   return r;
 }
 
-void TransferTable::SetSenderMetrics(uint64_t id, uint64_t encode_us, uint64_t stalls) {
+void TransferTable::SetSenderMetrics(uint64_t id, const v1::StartSendResponse& sender) {
   MutexLock l(&mu_);
   auto it = records_.find(id);
   if (it == records_.end()) return;
-  it->second->sender_encode_us = encode_us;
-  it->second->sender_stalls = stalls;
+  it->second->sender_encode_us = sender.encode_us();
+  it->second->sender_stalls = sender.stalls();
+  it->second->sender_chunks_split = sender.chunks_split();
+  it->second->sender_first_payload_us = sender.first_payload_us();
 }
 
 void TransferTable::SetRunning(uint64_t id) {
@@ -118,6 +120,8 @@ v1::TransferStatus TransferTable::ToProto(const Record& r) const {
   s.set_receiver_stalls(c.stalls.load(std::memory_order_relaxed));
   s.set_encode_us(r.sender_encode_us);
   s.set_sender_stalls(r.sender_stalls);
+  s.set_sender_chunks_split(static_cast<uint32_t>(r.sender_chunks_split));
+  s.set_sender_first_payload_us(r.sender_first_payload_us);
   return s;
 }
 

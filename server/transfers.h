@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "kvferry/v1/control.pb.h"
+#include "kvferry/v1/peer.pb.h"
 #include "server/pool_registry.h"
 #include "transport/pipeline/engine.h"
 
@@ -31,14 +32,15 @@ class TransferTable {
     std::shared_ptr<pipeline::TransferCounters> counters = std::make_shared<pipeline::TransferCounters>();
     std::function<void()> cancel_peer;  // cancels the StartSend RPC, if one is open
     pipeline::Compression compression = pipeline::Compression::kRaw;
-    uint64_t sender_encode_us = 0, sender_stalls = 0;  // reported when the sender's call returns
+    // Reported when the sender's call returns.
+    uint64_t sender_encode_us = 0, sender_stalls = 0, sender_chunks_split = 0, sender_first_payload_us = 0;
   };
 
   // New PENDING transfer with a fresh unique non-zero id.
   std::shared_ptr<Record> Create(std::shared_ptr<Pool> pool, std::string peer, uint64_t total_bytes);
   void SetRunning(uint64_t id);
   void SetCancelPeer(uint64_t id, std::function<void()> fn);
-  void SetSenderMetrics(uint64_t id, uint64_t encode_us, uint64_t stalls);
+  void SetSenderMetrics(uint64_t id, const v1::StartSendResponse& sender);
   // Ends a transfer from its outcome: OK -> DONE, CANCELLED -> CANCELLED,
   // DEADLINE_EXCEEDED -> EXPIRED, anything else -> FAILED. Returns false if it
   // had already ended.

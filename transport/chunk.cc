@@ -34,7 +34,7 @@ void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
 }
 
 absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, uint64_t payload_received) {
-  if (msg == nullptr || size != kChunkHeaderBytes) {
+  if (msg == nullptr || size < kChunkHeaderBytes) {
     return absl::DataLossError(absl::StrFormat("chunk header of %d bytes, expected %d", size, kChunkHeaderBytes));
   }
   const uint32_t magic = Get<uint32_t>(msg, 0);
@@ -46,7 +46,13 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, ui
     return absl::DataLossError(absl::StrFormat("unsupported chunk version %d", version));
   }
   const uint16_t flags = Get<uint16_t>(msg, 6);
-  if ((flags & ~kChunkEncoded) != 0) return absl::DataLossError(absl::StrFormat("unknown chunk flags 0x%04x", flags));
+  if ((flags & ~(kChunkEncoded | kChunkSplit)) != 0 || flags == kChunkSplit) {
+    return absl::DataLossError(absl::StrFormat("unknown chunk flags 0x%04x", flags));
+  }
+  const uint64_t tail = size - kChunkHeaderBytes;
+  if ((flags & kChunkSplit) ? tail < 64 : tail != 0) {
+    return absl::DataLossError(absl::StrFormat("chunk header message of %d bytes for flags 0x%04x", size, flags));
+  }
   ChunkHeader h;
   h.flags = flags;
   h.transfer_id = Get<uint64_t>(msg, 8);
@@ -61,9 +67,9 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* msg, size_t size, ui
   if (h.seq >= h.chunk_count) {
     return absl::DataLossError(absl::StrFormat("chunk seq %d out of range (chunk_count %d)", h.seq, h.chunk_count));
   }
-  if (h.length != payload_received) {
+  if (payload_received > UINT64_MAX - tail || h.length != payload_received + tail) {
     return absl::DataLossError(
-        absl::StrFormat("chunk header says %d payload bytes, got %d", h.length, payload_received));
+        absl::StrFormat("chunk header says %d payload bytes, got %d", h.length, payload_received + tail));
   }
   return h;
 }

@@ -610,9 +610,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     return absl::InvalidArgumentError(
         absl::StrFormat("%d bytes is not a whole number of %s elements", in_bytes, DTypeName(o.dtype)));
   }
-  if (out_capacity < MaxEncodedBytes(in_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("output capacity %d < %d needed", out_capacity, MaxEncodedBytes(in_bytes)));
+  const size_t need = o.on_raw_plane ? MaxSplitEncodedBytes(in_bytes) : MaxEncodedBytes(in_bytes);
+  if (out_capacity < need) {
+    return absl::InvalidArgumentError(absl::StrFormat("output capacity %d < %d needed", out_capacity, need));
   }
   const uint64_t n = in_bytes / sp.info.bytes;
   if (n > kMaxElements) return absl::InvalidArgumentError("chunk too large");
@@ -620,7 +620,13 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   const auto* in = static_cast<const uint8_t*>(in_v);
   auto* out = static_cast<uint8_t*>(out_v);
   const uint64_t channels = o.layout.channels();
-  const uint64_t checksum = Kvsum64(in, in_bytes);
+  // Of the input; taken after the split, so that the raw plane is out first.
+  uint64_t checksum = 0;
+  bool summed = false;
+  auto sum = [&] {
+    if (!summed) checksum = Kvsum64(in, in_bytes);
+    summed = true;
+  };
 
   auto header = [&](uint16_t flags, uint32_t tables, uint32_t tiles, uint64_t raw_plane, uint64_t payload) {
     std::memset(out, 0, kHeaderBytes);
@@ -639,6 +645,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     Put<uint64_t>(out + 56, checksum);
   };
   auto stored = [&]() -> size_t {
+    sum();
     header(kFlagStored, 0, 0, 0, in_bytes);
     if (in_bytes > 0) std::memcpy(out + kHeaderBytes, in, in_bytes);
     return kHeaderBytes + in_bytes;
@@ -694,8 +701,13 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     table_of = table_per_element.data();
   }
 
-  // 3. Tiles in parallel.
+  // Split-send: the raw plane is final; the caller may take it now.
   const uint32_t tiles = static_cast<uint32_t>((n + kTileSymbols - 1) / kTileSymbols);
+  const bool committed = o.on_raw_plane && raw_plane > 0 &&
+                         o.on_raw_plane(raw_plane, plan::EstimatedChunkBytes(raw_plane, best.TotalQ16(), tiles));
+  sum();
+
+  // 3. Tiles in parallel.
   std::vector<std::vector<uint8_t>> tile_bytes(tiles);
   std::vector<uint32_t> dir(tiles);
   std::vector<uint32_t> enc(best.tables.size() * 256);  // freq | cum << 16, for the SIMD encoder
@@ -713,7 +725,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   const uint64_t pad = TilePad(kHeaderBytes + payload);
   payload += pad;
   for (const auto& tb : tile_bytes) payload += tb.size();
-  if (payload >= in_bytes) return stored();
+  if (payload >= in_bytes && !committed) return stored();
+  if (kHeaderBytes + payload > out_capacity) return absl::InternalError("split chunk exceeds its bound");
   uint8_t* p = out + kHeaderBytes + raw_plane;
   if (best.groups > 1) {
     std::memcpy(p, best.channel_group.data(), channels);

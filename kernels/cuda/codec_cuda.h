@@ -44,6 +44,20 @@ struct EncodeChunk {
   uint32_t tokens = 0, heads = 0, head_dim = 0;  // layout hint (0: none)
   uint8_t* out = nullptr;  // the chunk (device memory, >= 64 + bytes)
   uint64_t out_capacity = 0;
+  // 0: never STORED once coding has started (split-send, where the raw plane
+  // may already be on the wire): out_capacity >= codec::MaxSplitEncodedBytes.
+  // The bytes equal the CPU encoder's when its on_raw_plane takes the plane.
+  uint8_t allow_stored = 1;
+};
+
+// Split-send: EncodeAsync records `planned` on its stream once every chunk's
+// raw plane is final (at out + 64) and its tables are chosen, before any
+// exponent is coded, and writes each chunk's estimated size
+// (codec::plan::EstimatedChunkBytes; 0 when the chunk will be STORED or
+// failed) into the device array `estimates`.
+struct SplitPoint {
+  cudaEvent_t planned = nullptr;
+  uint64_t* estimates = nullptr;
 };
 
 // Per-chunk result codes written by DecodeAsync (0 = OK).
@@ -94,7 +108,7 @@ class Encoder {
   // `count` uint64 (chunk bytes written); status: device array of `count`
   // int32 (DecodeStatus codes; 0 = OK). Returns launch errors only.
   cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const SplitPoint* split = nullptr);
 
  private:
   Encoder() = default;

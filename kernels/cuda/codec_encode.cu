@@ -54,6 +54,7 @@ struct Workspace {
   uint64_t* tile_dst;          // [chunks][max_tiles] chunk offset of each tile
   uint8_t* sym;                // [chunks][max_elems]
   uint8_t* scratch;            // [chunks][max_tiles][kScratch]
+  uint64_t* estimate;          // [chunks] split-send estimates, or null
   uint64_t max_elems;
   uint32_t max_tiles;
 };
@@ -69,10 +70,12 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
     err = kOk;
     sizes[c] = 0;
     ws.sum[c] = 0;
+    if (ws.estimate != nullptr) ws.estimate[c] = 0;
     std::memset(&p, 0, sizeof(p));
     do {
       if (!GetElemInfo(ch.dtype, &p.e) || ch.bytes % p.e.bytes != 0 || ch.out == nullptr ||
-          ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in)) {
+          ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in) ||
+          (!ch.allow_stored && ch.out_capacity < plan::MaxSplitChunkBytes(ch.bytes))) {
         err = kBadInput;
         break;
       }
@@ -411,6 +414,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   __shared__ uint32_t freq[31][256];  // 0: order-0; then 2 + 4 + 8 + 16 group tables
   __shared__ uint64_t cost[31];
   __shared__ uint32_t chosen_first, chosen_count, chosen_shift, stored;
+  __shared__ uint64_t chosen_cost;
   for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) freq[0][k] = ws.freq0[c * 256ull + k];
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (p.grouping) {
@@ -447,6 +451,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     chosen_first = first;
     chosen_count = count;
     chosen_shift = shift;
+    chosen_cost = best;
     p.tables = count;
     p.shift = shift;
   }
@@ -475,9 +480,11 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     p.dir_off = off;
     const uint64_t dir_end = off + 4ull * p.tiles;
     p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
-    // Like the CPU, code only when it can pay: side sections alone must leave room.
-    stored = p.tiles_off - kHeader >= p.bytes;
+    // Like the CPU, code only when it can pay: side sections alone must leave
+    // room (unless STORED is not allowed: split-send).
+    stored = p.tiles_off - kHeader >= p.bytes && chunks[c].allow_stored;
     if (stored) p.stored = 1;
+    if (!stored && ws.estimate != nullptr) ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
   }
   __syncthreads();
   if (stored) return;
@@ -635,8 +642,8 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
   ChunkPlan& p = ws.plan[c];
   uint8_t* out = chunks[c].out;
   __shared__ uint64_t payload;
-  __shared__ uint32_t stored;
-  if (threadIdx.x == 0) stored = p.stored;
+  __shared__ uint32_t stored, too_big;
+  if (threadIdx.x == 0) stored = p.stored, too_big = 0;
   __syncthreads();
   if (!stored) {
     const uint32_t per = (p.tiles + blockDim.x - 1) / blockDim.x;
@@ -648,9 +655,14 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
     const uint64_t before = BlockExclusiveScan(mine, &total);
     if (threadIdx.x == 0) {
       payload = p.tiles_off - kHeader + total;
-      if (payload >= p.bytes) stored = p.stored = 1;
+      if (payload >= p.bytes && chunks[c].allow_stored) stored = p.stored = 1;
+      if (!stored && kHeader + payload > chunks[c].out_capacity) {
+        status[c] = kOutputTooSmall;  // only without STORED (the capacity check in Setup covers the rest)
+        too_big = 1;
+      }
     }
     __syncthreads();
+    if (too_big) return;
     if (!stored) {
       uint64_t off = p.tiles_off + before;
       for (uint32_t t = t0; t < t1; ++t) {
@@ -767,7 +779,7 @@ Encoder::~Encoder() {
 }
 
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, const SplitPoint* split) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
   const uint64_t n = static_cast<uint64_t>(max_chunks_);
   uint8_t* p = static_cast<uint8_t*>(workspace_);
@@ -792,6 +804,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.tile_dst = reinterpret_cast<uint64_t*>(take(n * max_tiles_ * 8));
   ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
   ws.sym = take(n * max_elems_);
+  ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
@@ -802,6 +815,9 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   RankKernel<<<count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream>>>(status, ws);
   Hist16Kernel<<<dim3(split_blocks, count), 256, 0, stream>>>(status, ws);
   PlanKernel<<<count, 256, 0, stream>>>(chunks, status, ws);
+  if (split != nullptr && split->planned != nullptr) {
+    if (const cudaError_t e = cudaEventRecord(split->planned, stream); e != cudaSuccess) return e;
+  }
   TilesKernel<<<dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0, stream>>>(
       status, ws);
   LayoutKernel<<<count, 1024, 0, stream>>>(chunks, status, sizes, ws);

@@ -150,9 +150,10 @@ struct EncodeCase {
   EncodeOptions options;
 };
 
-// Encodes every case in one EncodeAsync call (contiguous inputs).
+// Encodes every case in one EncodeAsync call (contiguous inputs). With
+// `estimates`: split-send, no STORED fallback, and the encoder's estimates.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
-                 std::vector<std::vector<uint8_t>>* chunks) {
+                 std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr) {
   uint64_t max_in = 1;
   for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
   auto enc = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
@@ -161,7 +162,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
   std::vector<void*> owned;
   for (size_t k = 0; k < cases.size(); ++k) {
     void *in = nullptr, *out = nullptr;
-    const size_t cap = MaxEncodedBytes(cases[k].input.size());
+    const size_t cap = estimates ? MaxSplitEncodedBytes(cases[k].input.size()) : MaxEncodedBytes(cases[k].input.size());
     CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, cases[k].input.size())));
     CUDA_OK(cudaMalloc(&out, cap));
     CUDA_OK(cudaMemcpy(in, cases[k].input.data(), cases[k].input.size(), cudaMemcpyHostToDevice));
@@ -176,6 +177,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
     h.head_dim = cases[k].options.layout.head_dim;
     h.out = static_cast<uint8_t*>(out);
     h.out_capacity = cap;
+    h.allow_stored = estimates ? 0 : 1;
     owned.push_back(in);
     owned.push_back(out);
   }
@@ -186,7 +188,20 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), host.size() * 4));
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsizes), host.size() * 8));
   CUDA_OK(cudaMemcpy(dchunks, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
-  CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr));
+  cuda::SplitPoint split;
+  if (estimates) {
+    CUDA_OK(cudaEventCreate(&split.planned));
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&split.estimates), host.size() * 8));
+  }
+  CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
+                              estimates ? &split : nullptr));
+  if (estimates) {
+    CUDA_OK(cudaEventSynchronize(split.planned));  // recorded: the planning is done
+    estimates->resize(host.size());
+    CUDA_OK(cudaMemcpy(estimates->data(), split.estimates, host.size() * 8, cudaMemcpyDeviceToHost));
+    cudaEventDestroy(split.planned);
+    cudaFree(split.estimates);
+  }
   CUDA_OK(cudaDeviceSynchronize());
   status->resize(host.size());
   std::vector<uint64_t> sizes(host.size());
@@ -260,6 +275,56 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   }
 }
 
+// Split-send: with STORED off, the GPU writes what the CPU writes when its
+// raw-plane hook takes the plane (also for data that does not shrink), and
+// the two estimates agree.
+TEST_F(CudaCodec, WithoutStoredTheEncoderMatchesTheCpuThatTookItsRawPlane) {
+  std::vector<EncodeCase> cases;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  for (DType d : all) {
+    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kTileSymbols + 1, size_t{200001}}) {
+      for (const Layout& l : {Layout{}, Layout{0, 8, 128}, Layout{0, 64, 128}}) {
+        EncodeCase cs;
+        cs.options.dtype = d;
+        cs.options.layout = l;
+        cs.input = KvLike(d, n, std::max<uint32_t>(1, static_cast<uint32_t>(l.channels())), static_cast<uint32_t>(n));
+        cases.push_back(std::move(cs));
+      }
+      EncodeCase random;
+      random.options.dtype = d;
+      std::mt19937 rng(static_cast<uint32_t>(n));
+      random.input.resize(n * Info(d)->bytes);
+      for (auto& v : random.input) v = static_cast<uint8_t>(rng());
+      cases.push_back(std::move(random));
+    }
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  std::vector<uint64_t> gpu_estimates;
+  EncodeOnGpu(cases, &status, &gpu, &gpu_estimates);
+  int taken = 0;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    EncodeOptions o = cases[k].options;
+    uint64_t cpu_estimate = 0;
+    o.on_raw_plane = [&](uint64_t, uint64_t est) {
+      cpu_estimate = est;
+      return true;
+    };
+    std::vector<uint8_t> cpu(MaxSplitEncodedBytes(cases[k].input.size()));
+    auto n = Encode(o, cases[k].input.data(), cases[k].input.size(), cpu.data(), cpu.size());
+    ASSERT_TRUE(n.ok()) << n.status();
+    cpu.resize(*n);
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", "
+                               << cases[k].input.size() << " bytes): " << FirstDifference(gpu[k], cpu);
+    if (cpu_estimate != 0) {
+      ++taken;
+      EXPECT_EQ(gpu_estimates[k], cpu_estimate) << "case " << k;
+    }
+  }
+  EXPECT_GT(taken, 40);
+}
+
 TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
   auto input = KvLike(DType::kBF16, 50000, 1024, 4);
   auto enc = cuda::Encoder::Create(6, input.size());
@@ -280,9 +345,9 @@ TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
     h[k].out = out + k * cap;
     h[k].out_capacity = cap;
   }
-  h[1].dtype = 9;                      // no such dtype
-  h[2].bytes = input.size() - 1;       // not a whole number of bf16 elements
-  h[3].out_capacity = cap - 1;         // too small for the worst case
+  h[1].dtype = 9;                       // no such dtype
+  h[2].bytes = input.size() - 1;        // not a whole number of bf16 elements
+  h[3].out_capacity = cap - 1;          // too small for the worst case
   h[4].in = {nullptr, blocks, 2, 100};  // block size not a multiple of 64
   h[5].in = {nullptr, blocks, 2, input.size() / 2 + 64 - (input.size() / 2) % 64};  // a null block
   cuda::EncodeChunk* dh = nullptr;

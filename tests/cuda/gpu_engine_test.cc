@@ -86,47 +86,52 @@ EngineOptions SmallChunks() {
   return o;
 }
 
+// With split-send on (raw planes leave while the exponents are coded) and off.
 TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
-  const EngineOptions o = SmallChunks();
-  auto tx = NewEngine(o, {0});
-  auto rx = NewEngine(o, {devices_ - 1});  // a second GPU when there is one
   const size_t total = (3 << 20) + 4096;
   auto data = testing::KvLike(codec::DType::kBF16, total / 2, 128, 7);
   DeviceBuffer src(0, total);
   src.Put(data);
   uint64_t id = 100;
-  // 32 KiB: paged blocks (the encoder reads the block list); 6144 + odd tail:
-  // gathered on the device first; 0: one contiguous buffer.
-  for (size_t seg : {size_t{32 << 10}, size_t{6144}, size_t{0}}) {
-    for (Compression mode : {Compression::kRaw, Compression::kCompressed, Compression::kAdaptive}) {
-      ++id;
-      DeviceBuffer dst(devices_ - 1, total);
-      auto sc = std::make_shared<TransferCounters>(), rc = std::make_shared<TransferCounters>();
-      Result sr, rr;
-      const auto deadline = absl::Now() + absl::Seconds(30);
-      RecvSpec r{id, Segments(dst.p, total, seg, 5), o.chunk_bytes, deadline, rc, rr.cb()};
-      r.device = devices_ - 1;
-      SendSpec s{id, rx->address(), Segments(src.p, total, seg, 5), o.chunk_bytes, deadline, sc, sr.cb(), Bf16(mode)};
-      s.device = 0;
-      ASSERT_TRUE(rx->StartRecv(r).ok());
-      ASSERT_TRUE(tx->StartSend(s).ok());
-      const std::string what = std::string(CompressionName(mode)) + " seg " + std::to_string(seg);
-      ASSERT_TRUE(rr.Get().ok()) << what;
-      ASSERT_TRUE(sr.Get().ok()) << what;
-      EXPECT_TRUE(dst.Get() == data) << what << ": destination differs from the source";
-      EXPECT_EQ(rc->bytes_done.load(), total) << what;
-      EXPECT_EQ(rc->chunks_encoded.load(), sc->chunks_encoded.load()) << what;
-      if (mode == Compression::kRaw) EXPECT_EQ(sc->chunks_encoded.load(), 0u) << what;
-      if (mode == Compression::kCompressed) {
-        EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load()) << what;
-        EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;
+  for (bool split : {true, false}) {
+    EngineOptions o = SmallChunks();
+    o.split_send = split;
+    auto tx = NewEngine(o, {0});
+    auto rx = NewEngine(o, {devices_ - 1});  // a second GPU when there is one
+    // 32 KiB: paged blocks (the encoder reads the block list); 6144 + odd tail:
+    // gathered on the device first; 0: one contiguous buffer.
+    for (size_t seg : {size_t{32 << 10}, size_t{6144}, size_t{0}}) {
+      for (Compression mode : {Compression::kRaw, Compression::kCompressed, Compression::kAdaptive}) {
+        ++id;
+        DeviceBuffer dst(devices_ - 1, total);
+        auto sc = std::make_shared<TransferCounters>(), rc = std::make_shared<TransferCounters>();
+        Result sr, rr;
+        const auto deadline = absl::Now() + absl::Seconds(30);
+        RecvSpec r{id, Segments(dst.p, total, seg, 5), o.chunk_bytes, deadline, rc, rr.cb()};
+        r.device = devices_ - 1;
+        SendSpec s{id, rx->address(), Segments(src.p, total, seg, 5), o.chunk_bytes, deadline, sc, sr.cb(), Bf16(mode)};
+        s.device = 0;
+        ASSERT_TRUE(rx->StartRecv(r).ok());
+        ASSERT_TRUE(tx->StartSend(s).ok());
+        const std::string what = std::string(CompressionName(mode)) + " seg " + std::to_string(seg);
+        ASSERT_TRUE(rr.Get().ok()) << what;
+        ASSERT_TRUE(sr.Get().ok()) << what;
+        EXPECT_TRUE(dst.Get() == data) << what << ": destination differs from the source";
+        EXPECT_EQ(rc->bytes_done.load(), total) << what;
+        EXPECT_EQ(rc->chunks_encoded.load(), sc->chunks_encoded.load()) << what;
+        if (mode == Compression::kRaw) EXPECT_EQ(sc->chunks_encoded.load(), 0u) << what;
+        if (mode == Compression::kCompressed) {
+          EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load()) << what;
+          EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;
+          EXPECT_EQ(sc->chunks_split.load(), split ? sc->chunks_encoded.load() : 0u) << what;
+        }
       }
     }
+    auto ts = tx->stats(), rs = rx->stats();
+    EXPECT_EQ(ts.send_slots_free, ts.send_slots);
+    EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
+    EXPECT_EQ(ts.gpu_devices, 1u);
   }
-  auto ts = tx->stats(), rs = rx->stats();
-  EXPECT_EQ(ts.send_slots_free, ts.send_slots);
-  EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
-  EXPECT_EQ(ts.gpu_devices, 1u);
 }
 
 // Host pools use the CPU codec, GPU pools the CUDA codec: the two must read

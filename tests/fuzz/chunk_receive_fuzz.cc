@@ -1,11 +1,13 @@
 // Fuzzes the receive path of the pipeline engine with hostile messages from a
 // peer: whatever arrives, the transfer ends, and every destination chunk is
-// either untouched (zero) or holds a payload that was sent for that chunk with
-// a matching checksum. A transfer reported OK holds exactly the sent chunks.
+// either untouched (zero) or holds the bytes of a chunk that was sent for it
+// with a matching checksum (raw: the payload; encoded: what it decodes to). A
+// transfer reported OK holds exactly such chunks.
 //
 // Input: a flag byte, then messages [u16 length | bytes], alternating header
-// and payload. Flag bit 0 set: headers that are 48 bytes long get a correct
-// checksum for the payload after them (so the fuzzer reaches the write path).
+// and payload. Flag bit 0 set: headers of 48 bytes or more get this run's
+// transfer id and a correct checksum (and, for split chunks, length) for what
+// they carry, so that the fuzzer reaches the join, decode and write paths.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +18,7 @@
 
 #include "common/log.h"
 #include "kernels/checksum.h"
+#include "kernels/codec.h"
 #include "transport/chunk.h"
 #include "transport/loopback/loopback_transport.h"
 #include "transport/pipeline/engine.h"
@@ -36,7 +39,7 @@ struct World {
   World() {
     spdlog::set_level(spdlog::level::off);
     rx = pipeline::Engine::Create(transport::CreateLoopbackTransport(fabric).value(),
-                                  pipeline::EngineOptions{kChunk, 8 * (kChunk + 64), 4})
+                                  pipeline::EngineOptions{kChunk, 8 * (64 << 10), 4})
              .value();
     tx = transport::CreateLoopbackTransport(fabric).value();
     ep = tx->Connect(rx->address()).value();
@@ -73,14 +76,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t m = 0; m + 1 < msgs.size(); m += 2) {
     std::string& header = msgs[m];
     const std::string& payload = msgs[m + 1];
-    if (header.size() == transport::kChunkHeaderBytes) {
-      const uint64_t sum = Kvsum64(payload.data(), payload.size());
-      if (fix_sums) std::memcpy(header.data() + 40, &sum, 8);
+    if (header.size() >= transport::kChunkHeaderBytes) {
+      // The bytes the header vouches for: the payload, or a split chunk's
+      // codec chunk joined from the tail's codec header, the payload (its raw
+      // plane) and the rest of the tail.
+      uint16_t flags;
+      std::memcpy(&flags, header.data() + 6, 2);
+      const bool split =
+          (flags & transport::kChunkSplit) != 0 && header.size() >= transport::kChunkHeaderBytes + codec::kHeaderBytes;
+      std::string chunk = payload;
+      if (split) {
+        const std::string tail = header.substr(transport::kChunkHeaderBytes);
+        chunk = tail.substr(0, codec::kHeaderBytes) + payload + tail.substr(codec::kHeaderBytes);
+      }
+      const uint64_t sum = Kvsum64(chunk.data(), chunk.size());
+      if (fix_sums) {
+        std::memcpy(header.data() + 8, &id, 8);  // this run's transfer
+        std::memcpy(header.data() + 40, &sum, 8);
+        if (split) {
+          const uint64_t length = chunk.size();
+          std::memcpy(header.data() + 32, &length, 8);
+        }
+      }
       uint64_t hsum;
       uint32_t seq;
       std::memcpy(&hsum, header.data() + 40, 8);
       std::memcpy(&seq, header.data() + 16, 4);
-      if (hsum == sum) valid[seq].push_back(payload);
+      if (hsum == sum) {
+        if (flags & transport::kChunkEncoded) {
+          std::string out(kChunk, '\0');
+          auto n = codec::Decode(chunk.data(), chunk.size(), out.data(), out.size(), 1);
+          if (n.ok()) valid[seq].push_back(out.substr(0, *n));
+        } else {
+          valid[seq].push_back(payload);
+        }
+      }
     }
     w->ep->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), m);
     w->ep->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), m + 1);

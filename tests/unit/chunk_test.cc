@@ -44,10 +44,13 @@ TEST(ChunkHeader, RejectsMalformed) {
   bad[0] ^= 1;  // magic
   EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
-  bad[4] = 2;  // version
+  bad[4] = 1;  // version 1: the header and payload messages meant something else
   EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
-  bad[6] = 2;  // an undefined flag
+  bad[6] = 4;  // an undefined flag
+  EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
+  bad = good;
+  bad[6] = kChunkSplit;  // SPLIT without ENCODED
   EXPECT_FALSE(ParseChunkHeader(bad.data(), bad.size(), 16).ok());
   bad = good;
   bad[7] = 0x80;
@@ -69,6 +72,32 @@ TEST(ChunkHeader, RejectsMalformed) {
   EXPECT_FALSE(ParseChunkHeader(good.data(), good.size(), 17).ok());
   auto huge = Header(ChunkHeader{7, 0, 1, 0, ~0ull, 0});
   EXPECT_FALSE(ParseChunkHeader(huge.data(), huge.size(), 16).ok());
+}
+
+// A split chunk's header message carries the codec chunk's tail: its length
+// counts payload and tail, and the tail must hold at least a codec header.
+TEST(ChunkHeader, SplitChunksCountTheirTail) {
+  const uint16_t split = kChunkEncoded | kChunkSplit;
+  auto m = Header(ChunkHeader{7, 0, 1, 0, 1000 + 100, 0, split});
+  m.resize(kChunkHeaderBytes + 100, 0);
+  auto p = ParseChunkHeader(m.data(), m.size(), 1000);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->flags, split);
+  EXPECT_EQ(p->length, 1100u);
+  EXPECT_FALSE(ParseChunkHeader(m.data(), m.size(), 999).ok());
+  EXPECT_FALSE(ParseChunkHeader(m.data(), m.size(), 1001).ok());
+  EXPECT_FALSE(ParseChunkHeader(m.data(), m.size() - 1, 1000).ok());
+  // Tail shorter than a codec header.
+  auto shorter = Header(ChunkHeader{7, 0, 1, 0, 1000 + 63, 0, split});
+  shorter.resize(kChunkHeaderBytes + 63, 0);
+  EXPECT_FALSE(ParseChunkHeader(shorter.data(), shorter.size(), 1000).ok());
+  // No tail at all.
+  auto none = Header(ChunkHeader{7, 0, 1, 0, 1000, 0, split});
+  EXPECT_FALSE(ParseChunkHeader(none.data(), none.size(), 1000).ok());
+  // A payload size that would wrap the sum.
+  auto wrap = Header(ChunkHeader{7, 0, 1, 0, 99, 0, split});
+  wrap.resize(kChunkHeaderBytes + 100, 0);
+  EXPECT_FALSE(ParseChunkHeader(wrap.data(), wrap.size(), ~0ull).ok());
 }
 
 }  // namespace

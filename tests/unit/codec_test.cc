@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/codec_plan.h"
@@ -154,6 +156,71 @@ TEST(Codec, RandomBytesNeverGrowPastTheBound) {
       EXPECT_EQ(Decoded(chunk, in.size()), in);
     }
   }
+}
+
+// Split-send: the hook sees the final raw plane before any exponent is coded
+// and an estimate close to the real size. Declining changes nothing; taking
+// the plane means no STORED fallback, within MaxSplitEncodedBytes.
+TEST(Codec, RawPlaneHookSeesTheFinalPlaneAndBindsTheEncoder) {
+  for (DType d : kAll) {
+    for (bool random : {false, true}) {
+      for (size_t n : {size_t{0}, size_t{64}, size_t{100000}, size_t{1} << 20}) {
+        auto in = random ? RandomBytes(n, 21) : KvLike(d, n / Info(d)->bytes, 128, 5);
+        in.resize(n);
+        EncodeOptions o;
+        o.dtype = d;
+        o.layout = {0, 1, 128};
+        const auto plain = Encoded(o, in);
+        for (bool take : {false, true}) {
+          std::vector<uint8_t> out(MaxSplitEncodedBytes(n), 0xee);
+          int calls = 0;
+          uint64_t plane = 0, estimate = 0;
+          std::vector<uint8_t> seen;
+          o.on_raw_plane = [&](uint64_t raw_plane, uint64_t est) {
+            ++calls;
+            plane = raw_plane;
+            estimate = est;
+            seen.assign(out.begin() + kHeaderBytes, out.begin() + kHeaderBytes + raw_plane);
+            return take;
+          };
+          auto got = Encode(o, in.data(), in.size(), out.data(), out.size());
+          const std::string what = std::string(DTypeName(d)) + (random ? " random " : " kv ") + std::to_string(n) +
+                                   (take ? " taken" : " declined");
+          ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+          out.resize(*got);
+          auto info = Inspect(out.data(), out.size());
+          ASSERT_TRUE(info.ok()) << what;
+          if (calls == 0) {  // no raw plane: opaque bytes, empty or tiny chunks
+            EXPECT_TRUE(d == DType::kBytes || n <= 64) << what;
+            EXPECT_EQ(out, plain) << what;
+            continue;
+          }
+          EXPECT_EQ(calls, 1) << what;
+          if (!info->stored) {  // a declined plane may still end STORED
+            EXPECT_EQ(plane, info->raw_plane_bytes) << what;
+            EXPECT_TRUE(std::equal(seen.begin(), seen.end(), out.begin() + kHeaderBytes)) << what;
+          }
+          if (take) {
+            EXPECT_FALSE(info->stored) << what;
+            EXPECT_LE(out.size(), MaxSplitEncodedBytes(n)) << what;
+            // The estimate is close to the coded size (a tile's states and
+            // padding are the slack).
+            if (n >= 100000)
+              EXPECT_NEAR(static_cast<double>(estimate), static_cast<double>(out.size()), 0.01 * n) << what;
+          } else {
+            EXPECT_EQ(out, plain) << what;
+          }
+          EXPECT_EQ(Decoded(out, n), in) << what;
+        }
+      }
+    }
+  }
+  // The hook needs room for a chunk that can no longer be STORED.
+  std::vector<uint8_t> in(4096, 1), out(MaxEncodedBytes(4096));
+  EncodeOptions o;
+  o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
+  EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Codec, ConstantDataShrinksToAlmostNothing) {

@@ -261,6 +261,10 @@ TEST_P(EngineTest, CompressedAndAdaptiveTransfersAreBitExact) {
         } else if (mode == Compression::kCompressed) {
           if (seg == 0) {
             EXPECT_EQ(sc->chunks_encoded.load(), total % 2 ? chunks - 1 : chunks) << what;
+            // Split-send: every encoded chunk of 64 KiB put its raw plane on
+            // the wire before its exponents were coded (4 KiB ones are too
+            // small for the receiver's header area to take their tail).
+            if (total > 4096) EXPECT_EQ(sc->chunks_split.load(), sc->chunks_encoded.load()) << what;
             EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;  // bf16 KV-like data shrinks ~1.4x
           } else {
             // After the odd-sized last segment the scrambled stream is off by
@@ -299,7 +303,113 @@ TEST_P(EngineTest, IncompressibleChunksGoRaw) {
   ASSERT_TRUE(sr.Get().ok());
   EXPECT_EQ(src, dst);
   EXPECT_EQ(sc->chunks_encoded.load(), 0u);
+  EXPECT_EQ(sc->chunks_split.load(), 0u);  // the codec expected no gain: the raw plane never left early
   EXPECT_EQ(sc->wire_bytes.load(), src.size());
+}
+
+// With split-send off, encoded chunks travel whole, and are the same bytes.
+TEST_P(EngineTest, SplitSendCanBeTurnedOff) {
+  for (bool split : {true, false}) {
+    EngineOptions o;
+    o.chunk_bytes = 256 << 10;
+    o.split_send = split;
+    auto tx = NewEngine(o);
+    auto rx = NewEngine(o);
+    auto src = testing::KvLike(codec::DType::kBF16, 1 << 20, 128, 11);
+    std::vector<uint8_t> dst(src.size(), 0);
+    auto sc = std::make_shared<TransferCounters>(), rc = std::make_shared<TransferCounters>();
+    Result rr, sr;
+    const uint64_t id = split ? 311 : 312;
+    ASSERT_TRUE(
+        rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), o.chunk_bytes, absl::InfiniteFuture(), rc, rr.cb()})
+            .ok());
+    ASSERT_TRUE(tx->StartSend({id, rx->address(), SegmentList({{src.data(), src.size()}}), o.chunk_bytes,
+                               absl::InfiniteFuture(), sc, sr.cb(), Bf16(Compression::kCompressed)})
+                    .ok());
+    ASSERT_TRUE(rr.Get().ok());
+    ASSERT_TRUE(sr.Get().ok());
+    EXPECT_EQ(src, dst);
+    EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load());
+    EXPECT_EQ(sc->chunks_split.load(), split ? sc->chunks_total.load() : 0u);
+    EXPECT_EQ(rc->wire_bytes.load(), sc->wire_bytes.load());
+    EXPECT_LT(sc->wire_bytes.load() * 1.2, src.size());
+  }
+}
+
+// A split chunk from a hand-made sender: the receiver joins the raw plane
+// (payload message) and the tail (after the 48-byte header) into the codec
+// chunk, and checks it like any other before anything is written.
+TEST_P(EngineTest, SplitChunksAreJoinedAndVerified) {
+  auto rx = NewEngine(EngineOptions{64 << 10, 4 << 20, 4});
+  const size_t kRaw = 64 << 10;
+  const auto raw = testing::KvLike(codec::DType::kBF16, kRaw / 2, 64, 3);
+  std::vector<uint8_t> enc(codec::MaxEncodedBytes(raw.size()));
+  auto n = codec::Encode(codec::EncodeOptions{}, raw.data(), raw.size(), enc.data(), enc.size());
+  ASSERT_TRUE(n.ok()) << n.status();
+  enc.resize(*n);
+  auto info = codec::Inspect(enc.data(), enc.size());
+  ASSERT_TRUE(info.ok());
+  ASSERT_FALSE(info->stored);
+  const size_t plane = info->raw_plane_bytes;
+  const uint16_t kSplit = transport::kChunkEncoded | transport::kChunkSplit;
+  // Lead: the raw plane; header message: header, codec header, the rest.
+  auto messages = [&](const std::vector<uint8_t>& chunk, uint64_t id, uint64_t sum, size_t lead) {
+    std::vector<uint8_t> payload(chunk.begin() + 64, chunk.begin() + 64 + lead);
+    std::vector<uint8_t> header = Header({id, 0, 1, 0, chunk.size(), sum, kSplit});
+    header.insert(header.end(), chunk.begin(), chunk.begin() + 64);
+    header.insert(header.end(), chunk.begin() + 64 + lead, chunk.end());
+    return std::make_pair(header, payload);
+  };
+  const uint64_t sum = Kvsum64(enc.data(), enc.size());
+  auto bad_tail = enc;
+  bad_tail[enc.size() - 5] ^= 0x21;
+  auto bad_plane = enc;
+  bad_plane[64 + 100] ^= 0x01;
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> chunk;
+    uint64_t sum;
+    size_t lead;
+    absl::StatusCode want;
+  } cases[] = {
+      {"intact", enc, sum, plane, absl::StatusCode::kOk},
+      // The receiver only joins bytes: where the sender cut them is its business.
+      {"cut elsewhere", enc, sum, plane - 7, absl::StatusCode::kOk},
+      {"tail flipped on the wire", bad_tail, sum, plane, absl::StatusCode::kDataLoss},
+      {"raw plane flipped on the wire", bad_plane, sum, plane, absl::StatusCode::kDataLoss},
+      {"corrupt chunk with a matching checksum", bad_tail, Kvsum64(bad_tail.data(), bad_tail.size()), plane,
+       absl::StatusCode::kDataLoss},
+  };
+  uint64_t id = 450;
+  for (const auto& c : cases) {
+    ++id;
+    std::vector<uint8_t> dst(kRaw, 0);
+    Result r;
+    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), kRaw, absl::Now() + absl::Seconds(10),
+                               nullptr, r.cb()})
+                    .ok());
+    auto [header, payload] = messages(c.chunk, id, c.sum, c.lead);
+    RawSender(NewTransport(), rx->address()).Send(id, header, payload);
+    absl::Status st = r.Get();
+    EXPECT_EQ(st.code(), c.want) << c.name << ": " << st;
+    EXPECT_EQ(dst, c.want == absl::StatusCode::kOk ? raw : std::vector<uint8_t>(kRaw, 0)) << c.name;
+  }
+  // A split chunk longer than the codec's bound for the range is refused
+  // before anything is joined.
+  {
+    std::vector<uint8_t> dst(4096, 0);
+    Result r;
+    ASSERT_TRUE(rx->StartRecv({470, SegmentList({{dst.data(), dst.size()}}), 4096, absl::Now() + absl::Seconds(10),
+                               nullptr, r.cb()})
+                    .ok());
+    std::vector<uint8_t> big(codec::MaxSplitEncodedBytes(4096) + 1, 0);
+    auto [header, payload] = messages(big, 470, Kvsum64(big.data(), big.size()), 1000);
+    RawSender(NewTransport(), rx->address()).Send(470, header, payload);
+    EXPECT_EQ(r.Get().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(dst, std::vector<uint8_t>(4096, 0));
+  }
+  auto st = rx->stats();
+  EXPECT_EQ(st.recv_slots_free, st.recv_slots);
 }
 
 // Encoded chunks are checked twice: the kvsum64 of the bytes as sent before

@@ -86,6 +86,10 @@ class ChunkWorker {
   // (the same bytes as the CPU codec) and copies the chunk into host `out`
   // (capacity >= codec::MaxEncodedBytes(len)). Returns the chunk size; a
   // chunk that is not smaller than `len` is not copied (send the raw bytes).
+  // With options.on_raw_plane (split-send; capacity >= MaxSplitEncodedBytes):
+  // the raw plane reaches out + 64 while the exponents are still being coded
+  // and the hook is called then, on this thread; if it takes the plane, the
+  // chunk is copied whatever its size (it is never STORED).
   absl::StatusOr<uint64_t> Encode(const codec::EncodeOptions& options, const std::vector<DeviceRange>& src,
                                   uint64_t len, uint8_t* out);
   // Decodes the codec chunk at host `in` into a device buffer; only when the

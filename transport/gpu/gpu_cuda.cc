@@ -138,10 +138,13 @@ struct Control {
   codec::cuda::DeviceChunk decode;
   uint64_t size;
   int32_t status;
+  uint64_t estimate;  // split-send
 };
 
 struct ChunkWorker::Impl {
   cudaStream_t stream = nullptr;
+  cudaStream_t side = nullptr;  // split-send: the raw plane's copy to host, while the exponents are coded
+  cudaEvent_t planned = nullptr, lead = nullptr;
   std::unique_ptr<codec::cuda::Encoder> encoder;
   std::unique_ptr<codec::cuda::Decoder> decoder;
   uint64_t max_chunk = 0;
@@ -160,7 +163,12 @@ struct ChunkWorker::Impl {
     }
     if (host != nullptr) cudaFreeHost(host);
     if (host_ptrs != nullptr) cudaFreeHost(host_ptrs);
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    for (cudaEvent_t e : {planned, lead}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    for (cudaStream_t s : {stream, side}) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
   }
 
   absl::Status Sync(const char* what) { return Cuda(cudaStreamSynchronize(stream), what); }
@@ -193,8 +201,11 @@ absl::StatusOr<std::unique_ptr<ChunkWorker>> ChunkWorker::Create(int device, uin
   impl->max_chunk = max_chunk_bytes;
   impl->max_ptrs = max_chunk_bytes / 64 + 1;
   KVF_CUDA(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking), "stream");
+  KVF_CUDA(cudaStreamCreateWithFlags(&impl->side, cudaStreamNonBlocking), "stream");
+  KVF_CUDA(cudaEventCreateWithFlags(&impl->planned, cudaEventDisableTiming), "event");
+  KVF_CUDA(cudaEventCreateWithFlags(&impl->lead, cudaEventDisableTiming), "event");
   KVF_CUDA(DeviceAlloc(&impl->stage, max_chunk_bytes), "allocate staging");
-  KVF_CUDA(DeviceAlloc(&impl->encoded, codec::MaxEncodedBytes(max_chunk_bytes)), "allocate staging");
+  KVF_CUDA(DeviceAlloc(&impl->encoded, codec::MaxSplitEncodedBytes(max_chunk_bytes)), "allocate staging");
   KVF_CUDA(DeviceAlloc(&impl->ctl, sizeof(Control)), "allocate control");
   KVF_CUDA(DeviceAlloc(&impl->ptrs, impl->max_ptrs * sizeof(uint8_t*)), "allocate block list");
   KVF_CUDA(HostAlloc(&impl->host, sizeof(Control)), "allocate pinned control");
@@ -253,20 +264,58 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options
   c.heads = options.layout.heads;
   c.head_dim = options.layout.head_dim;
   c.out = w.encoded;
-  c.out_capacity = codec::MaxEncodedBytes(len);
+  const bool split = static_cast<bool>(options.on_raw_plane);
+  c.out_capacity = split ? codec::MaxSplitEncodedBytes(len) : codec::MaxEncodedBytes(len);
+  c.allow_stored = split ? 0 : 1;
   w.host->encode = c;
   KVF_CUDA(cudaMemcpyAsync(&w.ctl->encode, &w.host->encode, sizeof(c), cudaMemcpyHostToDevice, w.stream),
            "copy chunk descriptor");
-  KVF_CUDA(w.encoder->EncodeAsync(&w.ctl->encode, 1, &w.ctl->size, &w.ctl->status, w.stream), "encode launch");
+  codec::cuda::SplitPoint sp{w.planned, &w.ctl->estimate};
+  KVF_CUDA(w.encoder->EncodeAsync(&w.ctl->encode, 1, &w.ctl->size, &w.ctl->status, w.stream, split ? &sp : nullptr),
+           "encode launch");
+  uint64_t lead = 0;  // raw plane bytes already on the host
+  bool taken = false;
+  if (split) {
+    // While the exponents are coded on the stream, the side stream brings the
+    // raw plane (final once tables are planned) and the estimate to the host.
+    const auto info = codec::Info(options.dtype);
+    if (!info.ok()) return info.status();
+    const uint64_t n = len / info->bytes;
+    const uint64_t raw_plane = (n + 7) / 8 * info->raw_bits;
+    KVF_CUDA(cudaStreamWaitEvent(w.side, w.planned, 0), "wait for the split");
+    KVF_CUDA(cudaMemcpyAsync(&w.host->estimate, &w.ctl->estimate, sizeof(uint64_t), cudaMemcpyDeviceToHost, w.side),
+             "copy estimate");
+    if (raw_plane > 0 && raw_plane < len) {
+      KVF_CUDA(cudaMemcpyAsync(out + codec::kHeaderBytes, w.encoded + codec::kHeaderBytes, raw_plane,
+                               cudaMemcpyDeviceToHost, w.side),
+               "copy raw plane to host");
+    }
+    KVF_CUDA(cudaEventRecord(w.lead, w.side), "record");
+    KVF_CUDA(cudaEventSynchronize(w.lead), "wait for the raw plane");
+    // A zero estimate: the chunk fails or goes STORED; nothing to take.
+    if (w.host->estimate != 0 && raw_plane > 0 && raw_plane < len) {
+      lead = raw_plane;
+      taken = options.on_raw_plane(raw_plane, w.host->estimate);
+    }
+  }
   KVF_CUDA(cudaMemcpyAsync(&w.host->size, &w.ctl->size, sizeof(uint64_t) + sizeof(int32_t), cudaMemcpyDeviceToHost,
                            w.stream),
            "copy encode result");
   if (auto st = w.Sync("encode"); !st.ok()) return st;
   if (w.host->status != 0) return codec::cuda::ToStatus(w.host->status);
   const uint64_t size = w.host->size;
-  if (size > c.out_capacity) return absl::InternalError("CUDA encoder reported an impossible size");
-  if (size >= len) return size;  // stored: the caller sends the raw bytes instead
-  KVF_CUDA(cudaMemcpyAsync(out, w.encoded, size, cudaMemcpyDeviceToHost, w.stream), "copy chunk to host");
+  if (size > c.out_capacity || (lead > 0 && size < codec::kHeaderBytes + lead)) {
+    return absl::InternalError("CUDA encoder reported an impossible size");
+  }
+  if (size >= len && !taken) return size;  // not smaller: the caller sends the raw bytes instead
+  // The header, and what follows the raw plane when that is on the host already.
+  const uint64_t head = lead > 0 ? codec::kHeaderBytes : size;
+  KVF_CUDA(cudaMemcpyAsync(out, w.encoded, head, cudaMemcpyDeviceToHost, w.stream), "copy chunk to host");
+  if (lead > 0) {
+    const uint64_t rest = codec::kHeaderBytes + lead;
+    KVF_CUDA(cudaMemcpyAsync(out + rest, w.encoded + rest, size - rest, cudaMemcpyDeviceToHost, w.stream),
+             "copy chunk to host");
+  }
   if (auto st = w.Sync("copy chunk to host"); !st.ok()) return st;
   return size;
 }

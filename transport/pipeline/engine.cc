@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -29,8 +31,10 @@ using transport::kChunkHeaderBytes;
 constexpr int kSlotBits = 24;
 constexpr int kCookieShift = kSlotBits + 1;
 constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
-// Payloads start here in a staging slot (the header sits at offset 0).
-constexpr size_t kPayloadOffset = 64;
+// Payloads start here in a staging slot. Send: the header message is built at
+// offset 0. Receive: a split chunk's codec header is put back just before its
+// raw plane, at kPayloadOffset - 64.
+constexpr size_t kPayloadOffset = 128;
 // How long a failed send job waits for its in-flight sends before it aborts
 // the endpoint they are on.
 constexpr absl::Duration kSendDrainGrace = absl::Seconds(1);
@@ -220,16 +224,26 @@ struct Job {
   absl::Time failed_at = absl::InfiniteFuture();
   uint32_t next_seq = 0;   // send: next chunk to gather; recv: receives posted so far
   uint32_t completed = 0;  // chunks sent / verified
-  // A chunk in flight: its two messages (header, payload) complete separately.
+  // A chunk in flight: its two messages (payload, header) complete separately.
   struct Slot {
     uint32_t seq = 0;  // send: the chunk; receive: the posting index, then the chunk being decoded
-    int pending = 2;   // messages, or 1 while a codec thread has the slot
+    // What the slot waits for. Receive: 2 messages, then 1 while a codec
+    // thread has it. Send: the codec task, each message submitted, and a
+    // header queued behind earlier chunks' (see wire_order).
+    int pending = 2;
     bool in_codec = false;
-    bool busy = false;  // send: counted in sends_in_flight
+    bool lead = false;  // send: a split chunk's raw plane is on the wire
+    bool header_ready = false, header_done = false, payload_done = false;  // send
+    size_t header_bytes = 0;  // send: the header message's size (48, or more with a split tail)
     size_t header_len = 0, payload_len = 0;
     absl::Status status;
   };
   absl::flat_hash_map<int, Slot> inflight;
+  // Send: slots in the order their payload messages went out. Headers go in
+  // the same order, so that the receiver pairs the k-th of each; a header
+  // that is ready waits here behind earlier chunks whose exponents are still
+  // being coded.
+  std::deque<int> wire_order;
   std::vector<bool> received;  // recv only
   bool ending = false;
   absl::Status result;
@@ -255,6 +269,12 @@ struct CodecDone {
   bool encode_task = false;               // send: the task tried to encode
   uint64_t raw_len = 0, encoded_len = 0;  // what the encoder saw and produced (0: it failed)
   bool written = false;                   // receive: the task wrote the destination itself (GPU)
+  // Split-send. `lead`: not the task's end but its raw plane (payload, len)
+  // ready for the wire. `split`: the task's chunk went that way; its header
+  // message (header_len bytes: the 48-byte header's room, then the codec
+  // chunk's header and what follows its raw plane) is in the slot.
+  bool lead = false, split = false;
+  uint64_t header_len = 0;
 };
 
 }  // namespace
@@ -302,12 +322,14 @@ class Engine::Impl {
       return absl::InvalidArgumentError("window must be in [1, 1024]");
     }
     if (options_.codec_threads > 64) return absl::InvalidArgumentError("codec_threads must be in [0, 64]");
-    // A slot holds the header, the raw chunk and, with codec threads, the
-    // encoded chunk (send) or the decoded chunk (receive) after it.
-    second_off_ = kPayloadOffset + Align4K(options_.chunk_bytes);
-    const uint64_t send_slot =
-        options_.codec_threads ? second_off_ + codec::MaxEncodedBytes(options_.chunk_bytes) : second_off_;
-    const uint64_t recv_slot = options_.codec_threads ? second_off_ + options_.chunk_bytes : second_off_;
+    // Send slot: the header message (with a split chunk's tail) from offset
+    // 0, the gathered raw chunk at kPayloadOffset, the encoded chunk (CPU or
+    // GPU codec) at second_off_. Receive slot: the payload at kPayloadOffset
+    // (room for a whole codec chunk, as split chunks are joined there), the
+    // header message at second_off_, where the decoded chunk goes later.
+    second_off_ = kPayloadOffset + Align4K(codec::MaxSplitEncodedBytes(options_.chunk_bytes));
+    const uint64_t send_slot = second_off_ + codec::MaxSplitEncodedBytes(options_.chunk_bytes);
+    const uint64_t recv_slot = second_off_ + options_.chunk_bytes;
     const uint64_t send_slots = options_.staging_bytes / Align4K(send_slot);
     const uint64_t recv_slots = options_.staging_bytes / Align4K(recv_slot);
     if (send_slots < 1 || recv_slots < 1) {
@@ -620,8 +642,6 @@ class Engine::Impl {
         did = true;
         continue;
       }
-      absl::Status st;
-      int posted = 0;
       if (j->dir == Direction::kSend) {
         const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
         const uint64_t len = j->ChunkLen(seq);
@@ -637,20 +657,32 @@ class Engine::Impl {
           sum = b.Finish(len);
           payload = buf + kPayloadOffset;
         }
-        st = SubmitChunk(j, slot, ChunkHeader{j->id, seq, j->chunk_count, off, len, sum, 0}, payload, &posted);
-      } else {
-        st = transport_->SubmitRecv(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
-        if (st.ok()) {
-          ++posted;
-          st = transport_->SubmitRecv(transport::PayloadTag(j->id), buf + kPayloadOffset, j->chunk_bytes,
-                                      Cookie(*j, slot, 1));
+        Job::Slot& s = j->inflight[slot];
+        s.seq = seq;
+        s.pending = 0;
+        ++j->next_seq;
+        did = true;
+        const absl::Status st = SendChunk(j, slot, ChunkHeader{j->id, seq, j->chunk_count, off, len, sum, 0}, payload);
+        if (!st.ok()) {
+          Fail(j, st);
+          break;
         }
+        continue;
       }
-      if (posted > 0 || st.ok()) {
+      // Receive: the payload into the slot's first area, the header message
+      // (48 bytes, or more for a split chunk) into its second.
+      absl::Status st = transport_->SubmitRecv(transport::HeaderTag(j->id), buf + second_off_, options_.chunk_bytes,
+                                               Cookie(*j, slot, 0));
+      int posted = 0;
+      if (st.ok()) {
+        ++posted;
+        st = transport_->SubmitRecv(transport::PayloadTag(j->id), buf + kPayloadOffset, j->chunk_bytes,
+                                    Cookie(*j, slot, 1));
+      }
+      if (posted > 0) {
         Job::Slot& s = j->inflight[slot];
         s.seq = seq;
         s.pending = st.ok() ? 2 : 1;
-        s.busy = j->dir == Direction::kSend && st.ok();
         if (!st.ok()) s.status = st;
         ++j->next_seq;
         did = true;
@@ -665,20 +697,76 @@ class Engine::Impl {
     return did;
   }
 
-  // Sends a chunk's header and payload messages; *posted counts those submitted.
-  absl::Status SubmitChunk(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload, int* posted) {
-    uint8_t* buf = send_pool_.ptr(slot);
-    transport::EncodeChunkHeader(h, buf);
-    *posted = 0;
-    absl::Status st = j->ep->SubmitSend(transport::HeaderTag(j->id), buf, kChunkHeaderBytes, Cookie(*j, slot, 0));
-    if (!st.ok()) return st;
-    ++*posted;
-    st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, h.length, Cookie(*j, slot, 1));
-    if (!st.ok()) return st;
-    ++*posted;
-    if (j->sends_in_flight++ == 0) j->busy_since = absl::Now();
+  // ---- Sending. A chunk's payload message goes out first (for a split chunk:
+  // its raw plane, early); its header message is queued and leaves once the
+  // headers of the chunks whose payloads went earlier have (wire_order).
+
+  // An unsplit chunk: payload now, header queued.
+  absl::Status SendChunk(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload) {
+    if (auto st = SubmitPayload(j, slot, payload, h.length); !st.ok()) {
+      ReleaseIfIdle(j, slot);
+      return st;
+    }
+    return QueueHeader(j, slot, h, kChunkHeaderBytes);
+  }
+
+  absl::Status SubmitPayload(Job* j, int slot, const uint8_t* payload, uint64_t len) {
+    Job::Slot& s = j->inflight[slot];
+    absl::Status st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, len, Cookie(*j, slot, 1));
+    if (!st.ok()) {
+      s.status = st;
+      return st;
+    }
+    ++s.pending;
+    BusyStart(j);
     MarkFirstPayload(j);
+    j->wire_order.push_back(slot);
     return absl::OkStatus();
+  }
+
+  // Writes the chunk header into the slot (its message is `bytes` long: a
+  // split chunk's tail follows the header) and sends what headers are due.
+  absl::Status QueueHeader(Job* j, int slot, const ChunkHeader& h, size_t bytes) {
+    Job::Slot& s = j->inflight[slot];
+    transport::EncodeChunkHeader(h, send_pool_.ptr(slot));
+    s.header_ready = true;
+    s.header_bytes = bytes;
+    ++s.pending;
+    return FlushHeaders(j);
+  }
+
+  absl::Status FlushHeaders(Job* j) {
+    while (!j->wire_order.empty()) {
+      const int slot = j->wire_order.front();
+      Job::Slot& s = j->inflight[slot];
+      if (!s.header_ready) break;
+      j->wire_order.pop_front();
+      const absl::Status st =
+          j->ep->SubmitSend(transport::HeaderTag(j->id), send_pool_.ptr(slot), s.header_bytes, Cookie(*j, slot, 0));
+      if (!st.ok()) {
+        s.status = st;
+        --s.pending;
+        ReleaseIfIdle(j, slot);
+        return st;
+      }
+      if (s.header_bytes > kChunkHeaderBytes) BusyStart(j);
+    }
+    return absl::OkStatus();
+  }
+
+  void ReleaseIfIdle(Job* j, int slot) {
+    auto it = j->inflight.find(slot);
+    if (it == j->inflight.end() || it->second.pending > 0) return;
+    j->inflight.erase(it);
+    pool(*j).Give(slot);
+  }
+
+  // The link is busy while any message carrying chunk bytes is in flight.
+  static void BusyStart(Job* j) {
+    if (j->sends_in_flight++ == 0) j->busy_since = absl::Now();
+  }
+  static void BusyEnd(Job* j) {
+    if (--j->sends_in_flight == 0) j->busy += absl::Now() - j->busy_since;
   }
 
   // Records the time from the job's start to its first payload sent / verified.
@@ -731,7 +819,8 @@ class Engine::Impl {
 
   // On a codec thread: gather (unless contiguous) and encode chunk `seq`; a
   // chunk that does not shrink, or that the codec cannot take (e.g. a partial
-  // element at the end), goes raw.
+  // element at the end), goes raw. With split-send the codec's raw plane is
+  // posted to the engine thread (CodecDone::lead) as soon as it is final.
   void PostEncode(Job* j, int slot, uint32_t seq, uint8_t* buf, bool compress) {
     const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
     const uint64_t len = j->ChunkLen(seq);
@@ -740,30 +829,22 @@ class Engine::Impl {
     o.dtype = j->codec.dtype;
     o.layout = j->codec.layout;
     o.threads = 1;
-    uint8_t* raw_area = buf + kPayloadOffset;
-    uint8_t* enc_area = buf + second_off_;
-    const uint64_t key = j->key;
+    const uint64_t key = j->key, chunk_bytes = j->chunk_bytes;
+    const bool split = options_.split_send;
     if (j->gpu != nullptr) {
-      j->gpu->Post([this, segs, off, len, o, raw_area, enc_area, key, slot, compress](gpu::ChunkWorker& w) {
+      j->gpu->Post([this, segs, off, len, o, buf, key, slot, compress, split, chunk_bytes](gpu::ChunkWorker& w) {
         const absl::Time t0 = absl::Now();
-        CodecDone d;
-        d.key = key;
-        d.slot = slot;
-        d.encode_task = compress;
-        d.raw_len = len;
-        const auto src = DeviceRanges(*segs, off, len);
+        CodecDone d = StartDone(key, slot, compress, len);
         if (compress) {
-          auto n = w.Encode(o, src, len, enc_area);
-          if (n.ok()) d.encoded_len = *n;
-          if (n.ok() && *n < len) {
-            d.payload = enc_area;
-            d.len = *n;
-            d.encoded = true;
-          }
+          uint64_t lead = 0;
+          codec::EncodeOptions so = o;
+          if (split) so.on_raw_plane = SplitHook(key, slot, buf, len, chunk_bytes, &lead);
+          auto n = w.Encode(so, DeviceRanges(*segs, off, len), len, buf + second_off_);
+          FinishEncode(n, lead, buf, &d);
         }
-        if (!d.encoded) {  // raw, or the chunk did not shrink
-          d.status = w.ToHost(src, raw_area);
-          d.payload = raw_area;
+        if (!d.encoded && d.status.ok()) {  // raw, or the chunk did not shrink
+          d.status = w.ToHost(DeviceRanges(*segs, off, len), buf + kPayloadOffset);
+          d.payload = buf + kPayloadOffset;
           d.len = len;
         }
         if (d.status.ok()) d.sum = Kvsum64(d.payload, d.len);
@@ -772,32 +853,83 @@ class Engine::Impl {
       });
       return;
     }
-    codec_->Post([this, segs, off, len, o, raw_area, enc_area, key, slot](CpuWorker&) {
+    codec_->Post([this, segs, off, len, o, buf, key, slot, split, chunk_bytes](CpuWorker&) {
       const absl::Time t0 = absl::Now();
-      CodecDone d;
-      d.key = key;
-      d.slot = slot;
-      d.encode_task = true;
+      CodecDone d = StartDone(key, slot, true, len);
       const uint8_t* raw = segs->Contiguous(off, len);
       if (raw == nullptr) {
-        segs->Gather(off, len, raw_area, nullptr);
-        raw = raw_area;
+        segs->Gather(off, len, buf + kPayloadOffset, nullptr);
+        raw = buf + kPayloadOffset;
       }
-      auto n = codec::Encode(o, raw, len, enc_area, codec::MaxEncodedBytes(len));
-      d.raw_len = len;
-      if (n.ok()) d.encoded_len = *n;
-      if (n.ok() && *n < len) {
-        d.payload = enc_area;
-        d.len = *n;
-        d.encoded = true;
-      } else {
+      uint64_t lead = 0;
+      codec::EncodeOptions so = o;
+      if (split) so.on_raw_plane = SplitHook(key, slot, buf, len, chunk_bytes, &lead);
+      auto n = codec::Encode(so, raw, len, buf + second_off_, codec::MaxSplitEncodedBytes(len));
+      FinishEncode(n, lead, buf, &d);
+      if (!d.encoded && d.status.ok()) {
         d.payload = raw;
         d.len = len;
       }
-      d.sum = Kvsum64(d.payload, d.len);
+      if (d.status.ok()) d.sum = Kvsum64(d.payload, d.len);
       d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
       PostCodecDone(std::move(d));
     });
+  }
+
+  static CodecDone StartDone(uint64_t key, int slot, bool encode_task, uint64_t len) {
+    CodecDone d;
+    d.key = key;
+    d.slot = slot;
+    d.encode_task = encode_task;
+    d.raw_len = len;
+    return d;
+  }
+
+  // Split-send's decision, on the codec thread, once the raw plane is final:
+  // take it when the codec expects the chunk to shrink (by 2%, a margin for
+  // the estimate) and the header message, with its tail, fits the receiver's
+  // slot (a chunk_bytes area) whatever the exponents turn into.
+  std::function<bool(uint64_t, uint64_t)> SplitHook(uint64_t key, int slot, uint8_t* buf, uint64_t len,
+                                                    uint64_t chunk_bytes, uint64_t* lead) {
+    return [this, key, slot, buf, len, chunk_bytes, lead](uint64_t raw_plane, uint64_t estimate) {
+      if (estimate == 0 || estimate * 100 >= len * 98 || raw_plane == 0 ||
+          kChunkHeaderBytes + codec::MaxSplitEncodedBytes(len) - raw_plane > chunk_bytes) {
+        return false;
+      }
+      *lead = raw_plane;
+      CodecDone d;
+      d.key = key;
+      d.slot = slot;
+      d.lead = true;
+      d.payload = buf + second_off_ + codec::kHeaderBytes;
+      d.len = raw_plane;
+      PostCodecDone(std::move(d));
+      return true;
+    };
+  }
+
+  // After an encode: a chunk that shrank, or whose raw plane already left
+  // (lead > 0), is sent encoded; for the latter the header message's tail
+  // (codec header, then all after the raw plane) is laid out in the slot.
+  void FinishEncode(const absl::StatusOr<size_t>& n, uint64_t lead, uint8_t* buf, CodecDone* d) {
+    if (n.ok()) d->encoded_len = *n;
+    if (lead > 0) {
+      if (!n.ok()) {
+        d->status = n.status();  // the raw plane is on the wire: the chunk cannot go raw now
+        return;
+      }
+      const uint8_t* chunk = buf + second_off_;
+      const uint64_t rest = codec::kHeaderBytes + lead;
+      std::memcpy(buf + kChunkHeaderBytes, chunk, codec::kHeaderBytes);
+      std::memcpy(buf + kChunkHeaderBytes + codec::kHeaderBytes, chunk + rest, *n - rest);
+      d->split = true;
+      d->header_len = kChunkHeaderBytes + *n - lead;
+    }
+    if (n.ok() && (*n < d->raw_len || lead > 0)) {
+      d->payload = buf + second_off_;
+      d->len = *n;
+      d->encoded = true;
+    }
   }
 
   // On a codec thread: decode a verified encoded payload into the slot's
@@ -853,8 +985,23 @@ class Engine::Impl {
     transport_->Wake();
   }
 
+  // Engine thread: split-send, a chunk's raw plane is final (its exponents
+  // are still being coded): on the wire with it.
+  void OnLead(const CodecDone& d) {
+    auto it = jobs_.find(d.key);
+    if (it == jobs_.end()) return;
+    Job* j = it->second.get();
+    if (j->ending || !j->inflight.contains(d.slot)) return;  // the codec task's end releases the slot
+    j->inflight[d.slot].lead = true;
+    if (auto st = SubmitPayload(j, d.slot, d.payload, d.len); !st.ok()) Fail(j, st);
+  }
+
   // Engine thread: a codec task ended.
   void OnCodecDone(const CodecDone& d) {
+    if (d.lead) {
+      OnLead(d);
+      return;
+    }
     --in_codec_;
     auto it = jobs_.find(d.key);
     if (it == jobs_.end()) return;  // cannot happen: jobs wait for their slots
@@ -874,27 +1021,32 @@ class Engine::Impl {
         ++r.agg_count;
         if (--r.encodes == 0) r.agg_busy += absl::Now() - r.busy_since;
       }
-      if (j->ending || !d.status.ok()) {
-        j->inflight.erase(in);
-        p.Give(d.slot);
-        if (!d.status.ok())
-          Fail(j, absl::InternalError(absl::StrFormat("GPU work for chunk %d: %s", s.seq, d.status.message())));
+      --s.pending;  // the codec task; a split chunk's raw plane may still be in flight
+      const uint32_t seq = s.seq;
+      const bool lead = s.lead;
+      if (j->ending || !d.status.ok() || d.split != lead) {
+        ReleaseIfIdle(j, d.slot);
+        if (!d.status.ok()) {
+          Fail(j, absl::InternalError(absl::StrFormat("encoding chunk %d: %s", seq, d.status.message())));
+        } else if (!j->ending) {
+          Fail(j, absl::InternalError(absl::StrFormat("chunk %d: split-send out of step", seq)));
+        }
         return;
       }
-      const uint64_t off = static_cast<uint64_t>(s.seq) * j->chunk_bytes;
+      const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
       if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
-      int posted = 0;
-      const absl::Status st = SubmitChunk(j, d.slot,
-                                          ChunkHeader{j->id, s.seq, j->chunk_count, off, d.len, d.sum,
-                                                      d.encoded ? transport::kChunkEncoded : uint16_t{0}},
-                                          d.payload, &posted);
-      if (posted == 0) {
-        j->inflight.erase(in);
-        p.Give(d.slot);
+      absl::Status st;
+      if (lead) {  // the raw plane is out: the header message carries the rest
+        j->counters->chunks_split.fetch_add(1, std::memory_order_relaxed);
+        st = QueueHeader(j, d.slot,
+                         ChunkHeader{j->id, seq, j->chunk_count, off, d.len, d.sum,
+                                     static_cast<uint16_t>(transport::kChunkEncoded | transport::kChunkSplit)},
+                         d.header_len);
       } else {
-        s.pending = posted;
-        s.busy = posted == 2;
-        if (!st.ok()) s.status = st;
+        st = SendChunk(j, d.slot,
+                       ChunkHeader{j->id, seq, j->chunk_count, off, d.len, d.sum,
+                                   d.encoded ? transport::kChunkEncoded : uint16_t{0}},
+                       d.payload);
       }
       if (!st.ok()) Fail(j, st);
       return;
@@ -932,24 +1084,29 @@ class Engine::Impl {
     Job::Slot& s = in->second;
     if (!c.status.ok() && s.status.ok()) s.status = c.status;
     (part == 0 ? s.header_len : s.payload_len) = c.length;
+    if (j->dir == Direction::kSend) {
+      if (part == 1 || s.header_bytes > kChunkHeaderBytes) BusyEnd(j);
+      if (c.status.ok()) (part == 0 ? s.header_done : s.payload_done) = true;
+    }
     if (--s.pending > 0) return;
 
-    // Both messages of the chunk are done.
+    // Everything of the chunk is done.
     const Job::Slot done = s;
     StagingPool& p = pool(*j);
     if (j->dir == Direction::kSend) {
       j->inflight.erase(in);
       p.Give(slot);
-      if (done.busy && --j->sends_in_flight == 0) j->busy += absl::Now() - j->busy_since;
       if (!done.status.ok()) {
         if (!j->ep->health().ok()) endpoints_.erase(j->peer_address);
         Fail(j, absl::UnavailableError(absl::StrFormat("sending chunk %d: %s", done.seq, done.status.message())));
         return;
       }
-      bytes_sent_ += done.payload_len;
-      j->wire_done += done.payload_len;
+      if (!done.header_done || !done.payload_done) return;  // abandoned: the job is ending
+      const uint64_t wire = done.payload_len + done.header_len - kChunkHeaderBytes;
+      bytes_sent_ += wire;
+      j->wire_done += wire;
       ++j->sends_done;
-      j->counters->wire_bytes.fetch_add(done.payload_len, std::memory_order_relaxed);
+      j->counters->wire_bytes.fetch_add(wire, std::memory_order_relaxed);
       Account(j, j->ChunkLen(done.seq));
       return;
     }
@@ -957,7 +1114,8 @@ class Engine::Impl {
     absl::Status st = done.status;
     bool decoding = false;
     if (st.ok()) {
-      auto r = Accept(j, slot, p.ptr(slot), done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
+      auto r =
+          Accept(j, slot, p.ptr(slot) + second_off_, done.header_len, p.ptr(slot) + kPayloadOffset, done.payload_len);
       if (r.ok()) {
         decoding = *r;
       } else {
@@ -986,7 +1144,7 @@ class Engine::Impl {
 
   // Checks a received chunk and, only if everything holds, writes its payload
   // (raw chunk) or hands it to a codec thread (encoded chunk; returns true).
-  absl::StatusOr<bool> Accept(Job* j, int slot, const uint8_t* header, size_t header_len, const uint8_t* payload,
+  absl::StatusOr<bool> Accept(Job* j, int slot, const uint8_t* header, size_t header_len, uint8_t* payload,
                               size_t len) {
     if (j->ending) return j->result;
     auto parsed = transport::ParseChunkHeader(header, header_len, len);
@@ -1001,10 +1159,27 @@ class Engine::Impl {
     if (j->received[h.seq]) return absl::DataLossError(absl::StrFormat("duplicate chunk %d", h.seq));
     const uint64_t off = static_cast<uint64_t>(h.seq) * j->chunk_bytes;
     const bool encoded = (h.flags & transport::kChunkEncoded) != 0;
+    const bool split = (h.flags & transport::kChunkSplit) != 0;
     const uint64_t raw_len = j->ChunkLen(h.seq);
-    if (h.offset != off || (encoded ? h.length >= raw_len : h.length != raw_len)) {
+    // A split chunk went encoded before its size was known: it may be a little
+    // larger than the raw bytes, never more than the codec's bound.
+    const bool length_ok = split     ? h.length <= codec::MaxSplitEncodedBytes(raw_len)
+                           : encoded ? h.length < raw_len
+                                     : h.length == raw_len;
+    if (h.offset != off || !length_ok) {
       return absl::DataLossError(absl::StrFormat("chunk %d%s covers [%d, +%d), expected [%d, +%d)", h.seq,
                                                  encoded ? " (encoded)" : "", h.offset, h.length, off, raw_len));
+    }
+    if (split) {
+      // Join the codec chunk: its header (the tail's first 64 bytes) goes just
+      // before the raw plane, the rest of the tail right after it. Both fit:
+      // the slot's first area holds MaxSplitEncodedBytes(chunk_bytes) from
+      // kPayloadOffset - 64.
+      const uint8_t* tail = header + kChunkHeaderBytes;
+      const uint64_t tail_len = header_len - kChunkHeaderBytes;  // >= 64, checked by the parser
+      std::memcpy(payload - codec::kHeaderBytes, tail, codec::kHeaderBytes);
+      std::memcpy(payload + len, tail + codec::kHeaderBytes, tail_len - codec::kHeaderBytes);
+      payload -= codec::kHeaderBytes;
     }
     const uint64_t sum = Kvsum64(payload, h.length);
     if (sum != h.checksum) {
@@ -1052,8 +1227,19 @@ class Engine::Impl {
         transport_->CancelRecv(Cookie(*j, slot, 1));
       }
     } else {
-      // In-flight sends normally drain (the receiver completes or cancels
-      // them); Reap() aborts the endpoint if they do not within a grace period.
+      // Headers not yet sent stay unsent. In-flight sends normally drain (the
+      // receiver completes or cancels them); Reap() aborts the endpoint if
+      // they do not within a grace period.
+      std::deque<int> queued;
+      queued.swap(j->wire_order);
+      for (int slot : queued) {
+        Job::Slot& s = j->inflight[slot];
+        if (s.header_ready) {
+          s.header_ready = false;
+          --s.pending;
+          ReleaseIfIdle(j, slot);
+        }
+      }
       j->failed_at = absl::Now();
     }
   }

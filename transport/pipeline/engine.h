@@ -4,17 +4,22 @@
 // One thread owns the Transport and every job. Other threads only post
 // commands (Start*, Cancel) and read counters; codec work runs on a small pool
 // of codec threads. Per transfer:
-//   sender:   raw chunk: gather into a staging slot + kvsum64 -> header ->
-//             send. Compressed chunk: a codec thread gathers and encodes it
+//   sender:   raw chunk: gather into a staging slot + kvsum64 -> send.
+//             Compressed chunk: a codec thread gathers and encodes it
 //             (CPU codec) while the engine thread keeps sending earlier
-//             chunks; a chunk that does not shrink goes raw. Up to `window`
-//             chunks in flight (being encoded or on the wire).
+//             chunks; a chunk that does not shrink goes raw. Split-send: once
+//             the codec has split the chunk (raw plane final, tables chosen)
+//             and expects it to shrink, the raw plane goes on the wire while
+//             the exponents are still being coded; the rest follows with the
+//             chunk's header. Up to `window` chunks in flight (being encoded
+//             or on the wire).
 //   GPU jobs (device memory): a GPU worker thread does the chunk's device
 //             work on its own stream: gather (or CUDA-encode) into the pinned
 //             staging slot, or, once the chunk is verified, copy (or
 //             CUDA-decode, verify, then copy) into the destination blocks.
 //   receiver: up to `window` receives posted into staging slots; on arrival:
-//             parse + validate header -> verify the kvsum64 of the bytes as
+//             parse + validate header -> (split chunk: join raw plane and
+//             rest) -> verify the kvsum64 of the bytes as
 //             sent -> raw: scatter into the destination; encoded: a codec
 //             thread decodes into the slot (the codec checks the kvsum64 of
 //             the decoded bytes) -> scatter. Unverified bytes never reach the
@@ -67,6 +72,7 @@ struct TransferCounters {
   std::atomic<uint32_t> chunks_total{0};
   std::atomic<uint64_t> wire_bytes{0};        // payload bytes on the wire
   std::atomic<uint32_t> chunks_encoded{0};    // chunks that went as codec chunks
+  std::atomic<uint32_t> chunks_split{0};      // send: codec chunks whose raw plane left before their exponents were coded
   std::atomic<uint64_t> codec_ns{0};          // encode (send) / decode (receive) time, summed over threads
   std::atomic<uint64_t> stalls{0};            // times a ready chunk waited for a staging slot
   std::atomic<uint64_t> first_payload_ns{0};  // start -> first payload submitted / verified
@@ -104,6 +110,9 @@ struct EngineOptions {
   uint32_t window = 8;                   // chunks in flight per transfer
   uint32_t codec_threads = 2;            // CPU codec threads (0: no compression; encoded chunks are refused)
   uint32_t gpu_workers = 4;              // per GPU device with pools: threads, each with a stream and buffers
+  // Split-send: an encoded chunk's raw plane goes on the wire as soon as the
+  // codec has split it off, while its exponents are still being coded.
+  bool split_send = true;
 };
 
 struct EngineStats {
