@@ -27,9 +27,10 @@ ABSL_FLAG(uint32_t, codec_threads, 2,
 ABSL_FLAG(uint32_t, gpu_workers, 4,
           "Threads per GPU with registered pools (0 .. 16), each with its own CUDA stream, CUDA codec workspaces "
           "and device buffers: gather, encode, decode and scatter of chunks of GPU pools. 0 refuses GPU pools.");
-ABSL_FLAG(bool, split_send, true,
-          "Split-send: an encoded chunk's raw sign+mantissa plane goes on the wire as soon as the codec has split it "
-          "off, while its exponents are still being coded (false: encoded chunks go whole, once coded).");
+ABSL_FLAG(bool, split_send, false,
+          "Split-send: where a transfer's link is idle, an encoded chunk's raw sign+mantissa plane goes on the wire "
+          "as soon as the codec has split it off, while its exponents are still being coded (false: encoded chunks "
+          "go whole, once coded). Off by default: it measured no gain on the hosts tested (docs/performance.md).");
 ABSL_FLAG(std::string, compression, "adaptive",
           "Compression of pulls that do not choose one: raw, compressed (every chunk through the codec; chunks "
           "that do not shrink go raw) or adaptive (the fraction of chunks that balances codec and link "

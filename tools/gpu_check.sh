@@ -2,7 +2,9 @@
 # Runs on a GPU host from the repo root with the binaries of tools/build_static.sh
 # in out/static/ (or $BIN): checks CUDA output against the CPU reference, the
 # GPU-pool data path, the demo and benchmarks, and prints what it measured.
-#   tools/gpu_check.sh [RESULT_DIR] [all|codec|pipeline]
+#   tools/gpu_check.sh [RESULT_DIR] [all|codec|pipeline|split]
+# split: GPU pools, compressed, split-send on vs off side by side (alternating
+# runs), over TCP loopback and, where `ip` and `tc` exist, a 25 Gbit/s link.
 set -uo pipefail
 B="$(cd "${BIN:-out/static}" && pwd)"
 R="${1:-out/gpu}"
@@ -43,11 +45,30 @@ if [ "$WHAT" = all ] || [ "$WHAT" = pipeline ]; then
   work="$(mktemp -d)"  # the test starts server/kvferryd from its working directory
   mkdir -p "$work/server" && cp "$B/kvferryd" "$work/server/kvferryd"
   (cd "$work" && TEST_TMPDIR="$work" "$B/gpu_pool_test") || { echo "FAILED: gpu_pool_test"; status=1; }
+  if command -v compute-sanitizer >/dev/null; then
+    step "GPU pools under compute-sanitizer, daemons included (--target-processes all)"
+    (cd "$work" && TEST_TMPDIR="$work" compute-sanitizer --target-processes all --error-exitcode=1 \
+      "$B/gpu_pool_test" --gtest_filter='*OneGpu*:*HostAndGpu*') || { echo "FAILED: sanitized gpu_pool_test"; status=1; }
+  fi
   step "demo"
   run $B/kvferry demo --kvferryd=$B/kvferryd
   step "bench: host and GPU pools, raw / compressed / adaptive (no ucx_perftest on this host)"
   run $B/kvferry bench --kvferryd=$B/kvferryd --memory=host,gpu --sizes=${BENCH_SIZES:-64M,256M,1G} \
     --perftest= --rounds=1 --kv_dir="${KV_DIR:-kv}" --json="$R/bench.json"
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = split ]; then
+  links=("")
+  if command -v tc >/dev/null && command -v ip >/dev/null; then links+=(25gbit); fi
+  for link in "${links[@]}"; do
+    for round in 1 2; do
+      for split in false true; do
+        step "split-send $split, GPU pools, ${link:-TCP loopback}, round $round"
+        run $B/kvferry bench --kvferryd=$B/kvferryd --memory=gpu --modes=raw,compressed --sizes=${SPLIT_SIZES:-64M,256M} \
+          --perftest= --rounds=1 --kv_dir="${KV_DIR:-kv}" ${link:+--link=$link} --daemon_flags=--split_send=$split \
+          --json="$R/split-${link:-loopback}-$split-$round.json"
+      done
+    done
+  done
 fi
 echo
 [ $status -eq 0 ] && echo "gpu_check: all passed" || echo "gpu_check: FAILURES"

@@ -44,9 +44,10 @@ struct EncodeChunk {
   uint32_t tokens = 0, heads = 0, head_dim = 0;  // layout hint (0: none)
   uint8_t* out = nullptr;  // the chunk (device memory, >= 64 + bytes)
   uint64_t out_capacity = 0;
-  // 0: never STORED once coding has started (split-send, where the raw plane
-  // may already be on the wire): out_capacity >= codec::MaxSplitEncodedBytes.
-  // The bytes equal the CPU encoder's when its on_raw_plane takes the plane.
+  // 0: never STORED once coding has started, unless there is no raw plane
+  // (split-send, where the raw plane may already be on the wire):
+  // out_capacity >= codec::MaxSplitEncodedBytes. The bytes equal the CPU
+  // encoder's when its on_raw_plane takes the plane.
   uint8_t allow_stored = 1;
 };
 

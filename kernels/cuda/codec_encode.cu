@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
     // Like the CPU, code only when it can pay: side sections alone must leave
     // room (unless STORED is not allowed: split-send).
-    stored = p.tiles_off - kHeader >= p.bytes && chunks[c].allow_stored;
+    stored = p.tiles_off - kHeader >= p.bytes && (chunks[c].allow_stored || p.raw_plane == 0);
     if (stored) p.stored = 1;
     if (!stored && ws.estimate != nullptr) ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
   }
@@ -655,7 +655,7 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
     const uint64_t before = BlockExclusiveScan(mine, &total);
     if (threadIdx.x == 0) {
       payload = p.tiles_off - kHeader + total;
-      if (payload >= p.bytes && chunks[c].allow_stored) stored = p.stored = 1;
+      if (payload >= p.bytes && (chunks[c].allow_stored || p.raw_plane == 0)) stored = p.stored = 1;
       if (!stored && kHeader + payload > chunks[c].out_capacity) {
         status[c] = kOutputTooSmall;  // only without STORED (the capacity check in Setup covers the rest)
         too_big = 1;

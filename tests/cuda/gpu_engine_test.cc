@@ -123,7 +123,11 @@ TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
         if (mode == Compression::kCompressed) {
           EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load()) << what;
           EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;
-          EXPECT_EQ(sc->chunks_split.load(), split ? sc->chunks_encoded.load() : 0u) << what;
+          if (split) {
+            EXPECT_GE(sc->chunks_split.load(), 1u) << what;  // at least the first: the link was idle
+          } else {
+            EXPECT_EQ(sc->chunks_split.load(), 0u) << what;
+          }
         }
       }
     }

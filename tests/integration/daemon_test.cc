@@ -83,9 +83,10 @@ TEST_F(DaemonPairTest, PullMovesBlocksBitExactIntoOtherBlockIds) {
 }
 
 // Two daemon processes, KV-like bf16 blocks, each compression mode: the
-// blocks arrive bit-exact and the transfer status carries the metrics.
+// blocks arrive bit-exact and the transfer status carries the metrics. The
+// sender runs split-send.
 TEST(DaemonCompression, RawCompressedAndAdaptivePullsAreBitExactWithMetrics) {
-  auto prefill = Daemon::Start("prefill", {"--chunk_bytes=65536", "--codec_threads=2"});
+  auto prefill = Daemon::Start("prefill", {"--chunk_bytes=65536", "--codec_threads=2", "--split_send"});
   auto decode = Daemon::Start("decode", {"--chunk_bytes=65536", "--codec_threads=2"});
   ASSERT_NE(prefill, nullptr);
   ASSERT_NE(decode, nullptr);
@@ -120,6 +121,8 @@ TEST(DaemonCompression, RawCompressedAndAdaptivePullsAreBitExactWithMetrics) {
       }
       ASSERT_TRUE(s.ok());
       EXPECT_GT(s->encode_us(), 0u);
+      EXPECT_GE(s->sender_chunks_split(), 1u);  // the first chunk's raw plane left early: the link was idle
+      EXPECT_GT(s->sender_first_payload_us(), 0u);
     } else if (mode == v1::COMPRESSION_RAW) {
       EXPECT_EQ(last->chunks_encoded(), 0u);
       EXPECT_EQ(last->wire_bytes(), last->bytes_done());

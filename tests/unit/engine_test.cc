@@ -225,6 +225,7 @@ CodecSpec Bf16(Compression mode) {
 // travel encoded and smaller; a last chunk with half an element goes raw.
 TEST_P(EngineTest, CompressedAndAdaptiveTransfersAreBitExact) {
   EngineOptions o;
+  o.split_send = true;
   o.chunk_bytes = 64 << 10;
   o.staging_bytes = 8 << 20;
   o.window = 4;
@@ -261,10 +262,9 @@ TEST_P(EngineTest, CompressedAndAdaptiveTransfersAreBitExact) {
         } else if (mode == Compression::kCompressed) {
           if (seg == 0) {
             EXPECT_EQ(sc->chunks_encoded.load(), total % 2 ? chunks - 1 : chunks) << what;
-            // Split-send: every encoded chunk of 64 KiB put its raw plane on
-            // the wire before its exponents were coded (4 KiB ones are too
-            // small for the receiver's header area to take their tail).
-            if (total > 4096) EXPECT_EQ(sc->chunks_split.load(), sc->chunks_encoded.load()) << what;
+            // Split-send: the first chunk's raw plane left before its
+            // exponents were coded (the link was idle then).
+            EXPECT_GE(sc->chunks_split.load(), 1u) << what;
             EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;  // bf16 KV-like data shrinks ~1.4x
           } else {
             // After the odd-sized last segment the scrambled stream is off by
@@ -330,7 +330,11 @@ TEST_P(EngineTest, SplitSendCanBeTurnedOff) {
     ASSERT_TRUE(sr.Get().ok());
     EXPECT_EQ(src, dst);
     EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load());
-    EXPECT_EQ(sc->chunks_split.load(), split ? sc->chunks_total.load() : 0u);
+    if (split) {
+      EXPECT_GE(sc->chunks_split.load(), 1u);  // at least the first: the link was idle
+    } else {
+      EXPECT_EQ(sc->chunks_split.load(), 0u);
+    }
     EXPECT_EQ(rc->wire_bytes.load(), sc->wire_bytes.load());
     EXPECT_LT(sc->wire_bytes.load() * 1.2, src.size());
   }

@@ -232,7 +232,10 @@ struct Job {
     // header queued behind earlier chunks' (see wire_order).
     int pending = 2;
     bool in_codec = false;
-    bool lead = false;  // send: a split chunk's raw plane is on the wire
+    bool lead = false;           // send: a split chunk's raw plane went early
+    bool lead_deferred = false;  // send: a split chunk's plane came while the link was busy; it goes with the rest
+    const uint8_t* payload = nullptr;  // send: the payload message (whole chunks)
+    uint64_t payload_bytes = 0;
     bool header_ready = false, header_done = false, payload_done = false;  // send
     size_t header_bytes = 0;  // send: the header message's size (48, or more with a split tail)
     size_t header_len = 0, payload_len = 0;
@@ -244,7 +247,10 @@ struct Job {
   // that is ready waits here behind earlier chunks whose exponents are still
   // being coded.
   std::deque<int> wire_order;
-  std::vector<bool> received;  // recv only
+  int open_lead = -1;                 // send: the slot whose raw plane went early and whose header has not followed
+  std::deque<int> held;               // send: whole chunks waiting for that header
+  std::atomic<bool> wire_idle{true};  // send: nothing in flight or waiting (read by codec threads)
+  std::vector<bool> received;         // recv only
   bool ending = false;
   absl::Status result;
 
@@ -662,7 +668,8 @@ class Engine::Impl {
         s.pending = 0;
         ++j->next_seq;
         did = true;
-        const absl::Status st = SendChunk(j, slot, ChunkHeader{j->id, seq, j->chunk_count, off, len, sum, 0}, payload);
+        const absl::Status st = SendWhole(j, slot, ChunkHeader{j->id, seq, j->chunk_count, off, len, sum, 0}, payload,
+                                          len, kChunkHeaderBytes);
         if (!st.ok()) {
           Fail(j, st);
           break;
@@ -697,17 +704,61 @@ class Engine::Impl {
     return did;
   }
 
-  // ---- Sending. A chunk's payload message goes out first (for a split chunk:
-  // its raw plane, early); its header message is queued and leaves once the
-  // headers of the chunks whose payloads went earlier have (wire_order).
+  // ---- Sending. A chunk's payload message goes out first, its header message
+  // after it; headers leave in the order the payloads did (wire_order).
+  // Split-send puts a raw plane on the wire early only where the link would
+  // otherwise idle: when nothing of the job is in flight. While that early
+  // plane is on the wire and its chunk's header has not followed, the other
+  // chunks wait in `held`; sent before the header, they would delay it (the
+  // connection is one byte stream) and so the whole chunk.
 
-  // An unsplit chunk: payload now, header queued.
-  absl::Status SendChunk(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload) {
-    if (auto st = SubmitPayload(j, slot, payload, h.length); !st.ok()) {
+  // A whole chunk: the payload (for a split chunk whose plane did not go
+  // early, the plane), and the header (48 bytes, written into the slot, plus
+  // a split chunk's tail). Held while an early plane is open.
+  absl::Status SendWhole(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload, uint64_t len,
+                         size_t header_bytes) {
+    Job::Slot& s = j->inflight[slot];
+    transport::EncodeChunkHeader(h, send_pool_.ptr(slot));
+    s.payload = payload;
+    s.payload_bytes = len;
+    s.header_bytes = header_bytes;
+    if (j->open_lead >= 0) {
+      ++s.pending;  // held
+      j->held.push_back(slot);
+      UpdateWireIdle(j);
+      return absl::OkStatus();
+    }
+    return SubmitWhole(j, slot);
+  }
+
+  absl::Status SubmitWhole(Job* j, int slot) {
+    Job::Slot& s = j->inflight[slot];
+    if (auto st = SubmitPayload(j, slot, s.payload, s.payload_bytes); !st.ok()) {
       ReleaseIfIdle(j, slot);
       return st;
     }
-    return QueueHeader(j, slot, h, kChunkHeaderBytes);
+    s.header_ready = true;
+    ++s.pending;
+    return FlushHeaders(j);
+  }
+
+  // The early plane's header left or its send completed: release held chunks.
+  absl::Status CloseLead(Job* j) {
+    j->open_lead = -1;
+    absl::Status st;
+    while (st.ok() && !j->held.empty()) {
+      const int slot = j->held.front();
+      j->held.pop_front();
+      --j->inflight[slot].pending;
+      st = SubmitWhole(j, slot);
+    }
+    UpdateWireIdle(j);
+    return st;
+  }
+
+  // Read by codec threads (SplitHook): whether a raw plane could leave now.
+  static void UpdateWireIdle(Job* j) {
+    j->wire_idle.store(j->sends_in_flight == 0 && j->held.empty() && j->open_lead < 0, std::memory_order_relaxed);
   }
 
   absl::Status SubmitPayload(Job* j, int slot, const uint8_t* payload, uint64_t len) {
@@ -736,6 +787,7 @@ class Engine::Impl {
   }
 
   absl::Status FlushHeaders(Job* j) {
+    bool close = false;  // the early plane's header went: its chunk is whole on the wire
     while (!j->wire_order.empty()) {
       const int slot = j->wire_order.front();
       Job::Slot& s = j->inflight[slot];
@@ -749,9 +801,11 @@ class Engine::Impl {
         ReleaseIfIdle(j, slot);
         return st;
       }
+      s.header_ready = false;
       if (s.header_bytes > kChunkHeaderBytes) BusyStart(j);
+      close |= slot == j->open_lead;
     }
-    return absl::OkStatus();
+    return close ? CloseLead(j) : absl::OkStatus();
   }
 
   void ReleaseIfIdle(Job* j, int slot) {
@@ -764,9 +818,11 @@ class Engine::Impl {
   // The link is busy while any message carrying chunk bytes is in flight.
   static void BusyStart(Job* j) {
     if (j->sends_in_flight++ == 0) j->busy_since = absl::Now();
+    UpdateWireIdle(j);
   }
   static void BusyEnd(Job* j) {
     if (--j->sends_in_flight == 0) j->busy += absl::Now() - j->busy_since;
+    UpdateWireIdle(j);
   }
 
   // Records the time from the job's start to its first payload sent / verified.
@@ -829,16 +885,17 @@ class Engine::Impl {
     o.dtype = j->codec.dtype;
     o.layout = j->codec.layout;
     o.threads = 1;
-    const uint64_t key = j->key, chunk_bytes = j->chunk_bytes;
+    const uint64_t key = j->key;
     const bool split = options_.split_send;
+    const Job* job = j;  // likewise; only its immutable fields and wire_idle are read
     if (j->gpu != nullptr) {
-      j->gpu->Post([this, segs, off, len, o, buf, key, slot, compress, split, chunk_bytes](gpu::ChunkWorker& w) {
+      j->gpu->Post([this, segs, off, len, o, buf, key, slot, compress, split, job](gpu::ChunkWorker& w) {
         const absl::Time t0 = absl::Now();
         CodecDone d = StartDone(key, slot, compress, len);
         if (compress) {
           uint64_t lead = 0;
           codec::EncodeOptions so = o;
-          if (split) so.on_raw_plane = SplitHook(key, slot, buf, len, chunk_bytes, &lead);
+          if (split) so.on_raw_plane = SplitHook(job, slot, buf, len, &lead);
           auto n = w.Encode(so, DeviceRanges(*segs, off, len), len, buf + second_off_);
           FinishEncode(n, lead, buf, &d);
         }
@@ -853,7 +910,7 @@ class Engine::Impl {
       });
       return;
     }
-    codec_->Post([this, segs, off, len, o, buf, key, slot, split, chunk_bytes](CpuWorker&) {
+    codec_->Post([this, segs, off, len, o, buf, key, slot, split, job](CpuWorker&) {
       const absl::Time t0 = absl::Now();
       CodecDone d = StartDone(key, slot, true, len);
       const uint8_t* raw = segs->Contiguous(off, len);
@@ -863,7 +920,7 @@ class Engine::Impl {
       }
       uint64_t lead = 0;
       codec::EncodeOptions so = o;
-      if (split) so.on_raw_plane = SplitHook(key, slot, buf, len, chunk_bytes, &lead);
+      if (split) so.on_raw_plane = SplitHook(job, slot, buf, len, &lead);
       auto n = codec::Encode(so, raw, len, buf + second_off_, codec::MaxSplitEncodedBytes(len));
       FinishEncode(n, lead, buf, &d);
       if (!d.encoded && d.status.ok()) {
@@ -886,13 +943,16 @@ class Engine::Impl {
   }
 
   // Split-send's decision, on the codec thread, once the raw plane is final:
-  // take it when the codec expects the chunk to shrink (by 2%, a margin for
-  // the estimate) and the header message, with its tail, fits the receiver's
-  // slot (a chunk_bytes area) whatever the exponents turn into.
-  std::function<bool(uint64_t, uint64_t)> SplitHook(uint64_t key, int slot, uint8_t* buf, uint64_t len,
-                                                    uint64_t chunk_bytes, uint64_t* lead) {
-    return [this, key, slot, buf, len, chunk_bytes, lead](uint64_t raw_plane, uint64_t estimate) {
-      if (estimate == 0 || estimate * 100 >= len * 98 || raw_plane == 0 ||
+  // take it when the job's link is idle (nothing of it in flight or waiting),
+  // the codec expects the chunk to shrink (by 2%, a margin for the estimate)
+  // and the header message, with its tail, fits the receiver's slot (a
+  // chunk_bytes area) whatever the exponents turn into.
+  std::function<bool(uint64_t, uint64_t)> SplitHook(const Job* j, int slot, uint8_t* buf, uint64_t len,
+                                                    uint64_t* lead) {
+    const uint64_t key = j->key, chunk_bytes = j->chunk_bytes;
+    const std::atomic<bool>* idle = &j->wire_idle;  // the job outlives its codec tasks
+    return [this, key, slot, buf, len, chunk_bytes, lead, idle](uint64_t raw_plane, uint64_t estimate) {
+      if (!idle->load(std::memory_order_relaxed) || estimate == 0 || estimate * 100 >= len * 98 || raw_plane == 0 ||
           kChunkHeaderBytes + codec::MaxSplitEncodedBytes(len) - raw_plane > chunk_bytes) {
         return false;
       }
@@ -992,8 +1052,19 @@ class Engine::Impl {
     if (it == jobs_.end()) return;
     Job* j = it->second.get();
     if (j->ending || !j->inflight.contains(d.slot)) return;  // the codec task's end releases the slot
-    j->inflight[d.slot].lead = true;
+    Job::Slot& s = j->inflight[d.slot];
+    if (j->sends_in_flight > 0 || !j->held.empty() || j->open_lead >= 0) {
+      // The link got busy since the codec thread looked: the plane goes with
+      // the rest of the chunk.
+      s.lead_deferred = true;
+      s.payload = d.payload;
+      s.payload_bytes = d.len;
+      return;
+    }
+    s.lead = true;
+    j->open_lead = d.slot;
     if (auto st = SubmitPayload(j, d.slot, d.payload, d.len); !st.ok()) Fail(j, st);
+    UpdateWireIdle(j);
   }
 
   // Engine thread: a codec task ended.
@@ -1023,8 +1094,8 @@ class Engine::Impl {
       }
       --s.pending;  // the codec task; a split chunk's raw plane may still be in flight
       const uint32_t seq = s.seq;
-      const bool lead = s.lead;
-      if (j->ending || !d.status.ok() || d.split != lead) {
+      const bool lead = s.lead, deferred = s.lead_deferred;
+      if (j->ending || !d.status.ok() || d.split != (lead || deferred)) {
         ReleaseIfIdle(j, d.slot);
         if (!d.status.ok()) {
           Fail(j, absl::InternalError(absl::StrFormat("encoding chunk %d: %s", seq, d.status.message())));
@@ -1036,17 +1107,23 @@ class Engine::Impl {
       const uint64_t off = static_cast<uint64_t>(seq) * j->chunk_bytes;
       if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
       absl::Status st;
+      const ChunkHeader split_header{j->id,
+                                     seq,
+                                     j->chunk_count,
+                                     off,
+                                     d.len,
+                                     d.sum,
+                                     static_cast<uint16_t>(transport::kChunkEncoded | transport::kChunkSplit)};
       if (lead) {  // the raw plane is out: the header message carries the rest
         j->counters->chunks_split.fetch_add(1, std::memory_order_relaxed);
-        st = QueueHeader(j, d.slot,
-                         ChunkHeader{j->id, seq, j->chunk_count, off, d.len, d.sum,
-                                     static_cast<uint16_t>(transport::kChunkEncoded | transport::kChunkSplit)},
-                         d.header_len);
+        st = QueueHeader(j, d.slot, split_header, d.header_len);
+      } else if (deferred) {  // committed to the split form, but nothing went early
+        st = SendWhole(j, d.slot, split_header, s.payload, s.payload_bytes, d.header_len);
       } else {
-        st = SendChunk(j, d.slot,
+        st = SendWhole(j, d.slot,
                        ChunkHeader{j->id, seq, j->chunk_count, off, d.len, d.sum,
                                    d.encoded ? transport::kChunkEncoded : uint16_t{0}},
-                       d.payload);
+                       d.payload, d.len, kChunkHeaderBytes);
       }
       if (!st.ok()) Fail(j, st);
       return;
@@ -1087,6 +1164,11 @@ class Engine::Impl {
     if (j->dir == Direction::kSend) {
       if (part == 1 || s.header_bytes > kChunkHeaderBytes) BusyEnd(j);
       if (c.status.ok()) (part == 0 ? s.header_done : s.payload_done) = true;
+      if (part == 1 && j->open_lead == slot && !j->ending) {
+        // The early plane is through and its header is not ready: let the
+        // held chunks use the link.
+        if (auto st = CloseLead(j); !st.ok()) Fail(j, st);
+      }
     }
     if (--s.pending > 0) return;
 
@@ -1230,8 +1312,10 @@ class Engine::Impl {
       // Headers not yet sent stay unsent. In-flight sends normally drain (the
       // receiver completes or cancels them); Reap() aborts the endpoint if
       // they do not within a grace period.
-      std::deque<int> queued;
+      std::deque<int> queued, held;
       queued.swap(j->wire_order);
+      held.swap(j->held);
+      j->open_lead = -1;
       for (int slot : queued) {
         Job::Slot& s = j->inflight[slot];
         if (s.header_ready) {
@@ -1239,6 +1323,10 @@ class Engine::Impl {
           --s.pending;
           ReleaseIfIdle(j, slot);
         }
+      }
+      for (int slot : held) {
+        --j->inflight[slot].pending;
+        ReleaseIfIdle(j, slot);
       }
       j->failed_at = absl::Now();
     }

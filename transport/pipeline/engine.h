@@ -70,11 +70,11 @@ struct TransferCounters {
   std::atomic<uint64_t> bytes_done{0};  // raw bytes sent / verified
   std::atomic<uint32_t> chunks_done{0};
   std::atomic<uint32_t> chunks_total{0};
-  std::atomic<uint64_t> wire_bytes{0};        // payload bytes on the wire
-  std::atomic<uint32_t> chunks_encoded{0};    // chunks that went as codec chunks
-  std::atomic<uint32_t> chunks_split{0};      // send: codec chunks whose raw plane left before their exponents were coded
-  std::atomic<uint64_t> codec_ns{0};          // encode (send) / decode (receive) time, summed over threads
-  std::atomic<uint64_t> stalls{0};            // times a ready chunk waited for a staging slot
+  std::atomic<uint64_t> wire_bytes{0};      // payload bytes on the wire
+  std::atomic<uint32_t> chunks_encoded{0};  // chunks that went as codec chunks
+  std::atomic<uint32_t> chunks_split{0};    // send: codec chunks whose raw plane left before their exponents were coded
+  std::atomic<uint64_t> codec_ns{0};        // encode (send) / decode (receive) time, summed over threads
+  std::atomic<uint64_t> stalls{0};          // times a ready chunk waited for a staging slot
   std::atomic<uint64_t> first_payload_ns{0};  // start -> first payload submitted / verified
 };
 
@@ -111,8 +111,10 @@ struct EngineOptions {
   uint32_t codec_threads = 2;            // CPU codec threads (0: no compression; encoded chunks are refused)
   uint32_t gpu_workers = 4;              // per GPU device with pools: threads, each with a stream and buffers
   // Split-send: an encoded chunk's raw plane goes on the wire as soon as the
-  // codec has split it off, while its exponents are still being coded.
-  bool split_send = true;
+  // codec has split it off, while its exponents are still being coded, where
+  // the job's link is idle. Off by default: measured, it gained nothing on
+  // the hosts at hand (docs/performance.md).
+  bool split_send = false;
 };
 
 struct EngineStats {
