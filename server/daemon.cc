@@ -276,6 +276,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     resp->set_recv_slots(e.recv_slots);
     resp->set_recv_slots_free(e.recv_slots_free);
     resp->set_active_sends(e.active_sends);
+    resp->set_gpu_bytes(e.gpu_bytes_allocated);
     return grpc::Status::OK;
   }
 

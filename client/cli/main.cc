@@ -94,13 +94,14 @@ int CmdStatus() {
   if (!st.ok()) return Fail(st.status(), "status");
   std::printf("kvferryd %s role=%s peer=%s transport=%s\n", st->version().c_str(), st->role().c_str(),
               st->peer_address().c_str(), st->transport().c_str());
-  std::printf("leases=%u active_transfers=%u active_sends=%u done=%llu failed=%llu bytes_sent=%llu bytes_received=%llu\n",
-              st->active_leases(), st->active_transfers(), st->active_sends(), static_cast<unsigned long long>(st->transfers_done()),
-              static_cast<unsigned long long>(st->transfers_failed()),
-              static_cast<unsigned long long>(st->bytes_sent()), static_cast<unsigned long long>(st->bytes_received()));
-  std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free\n",
+  std::printf(
+      "leases=%u active_transfers=%u active_sends=%u done=%llu failed=%llu bytes_sent=%llu bytes_received=%llu\n",
+      st->active_leases(), st->active_transfers(), st->active_sends(),
+      static_cast<unsigned long long>(st->transfers_done()), static_cast<unsigned long long>(st->transfers_failed()),
+      static_cast<unsigned long long>(st->bytes_sent()), static_cast<unsigned long long>(st->bytes_received()));
+  std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free gpu_workers=%llu bytes\n",
               static_cast<unsigned long long>(st->staging_bytes()), st->send_slots_free(), st->send_slots(),
-              st->recv_slots_free(), st->recv_slots());
+              st->recv_slots_free(), st->recv_slots(), static_cast<unsigned long long>(st->gpu_bytes()));
   for (const auto& p : st->pools()) {
     std::printf("pool %llu '%s': %u blocks, %s, %llu bytes\n", static_cast<unsigned long long>(p.pool_id()),
                 p.name().c_str(), p.num_blocks(), kvferry::LayoutString(p.layout()).c_str(),

@@ -86,9 +86,11 @@ class Decoder {
   // chunks: device array of `count` DeviceChunk; status: device array of
   // `count` int32 (DecodeStatus). Returns launch errors only.
   cudaError_t DecodeAsync(const DeviceChunk* chunks, int count, int32_t* status, cudaStream_t stream);
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   Decoder() = default;
+  uint64_t workspace_bytes_ = 0;
   int max_chunks_ = 0;
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;
@@ -110,9 +112,11 @@ class Encoder {
   // int32 (DecodeStatus codes; 0 = OK). Returns launch errors only.
   cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
                           cudaStream_t stream, const SplitPoint* split = nullptr);
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   Encoder() = default;
+  uint64_t workspace_bytes_ = 0;
   int max_chunks_ = 0;
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;

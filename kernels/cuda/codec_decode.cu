@@ -565,6 +565,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess) {
     return absl::InternalError("cannot give the decode kernel its shared memory");
   }
+  d->workspace_bytes_ = bytes;
   if (cudaMalloc(&d->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of decoder workspace", bytes));
   }

@@ -768,6 +768,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
                            static_cast<int>(kMaxGroupedChannels * sizeof(uint64_t))) != cudaSuccess) {
     return absl::InternalError("cannot give the rank kernel its shared memory");
   }
+  e->workspace_bytes_ = bytes;
   if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
   }

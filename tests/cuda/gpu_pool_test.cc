@@ -144,6 +144,9 @@ TEST_F(GpuPoolTest, PullsBetweenPoolsOnOneGpuAreBitExact) {
   ASSERT_TRUE(st.ok());
   ASSERT_EQ(st->pools_size(), 1);
   EXPECT_EQ(st->pools(0).memory_kind(), v1::MEMORY_KIND_CUDA_IPC);
+  // The GPU workers' device memory is reported: per worker at least a staging
+  // chunk and an encoded one (defaults: 4 workers, 1 MiB chunks).
+  EXPECT_GE(st->gpu_bytes(), 4u * 2 * (1u << 20));
   PullEveryMode(src, dst, "GPU 0 -> GPU 0");
 }
 

@@ -77,6 +77,8 @@ class ChunkWorker {
   ChunkWorker& operator=(const ChunkWorker&) = delete;
 
   int device() const { return device_; }
+  // Device memory this worker holds (buffers and codec workspaces).
+  uint64_t device_bytes() const;
 
   // Copies the device ranges, concatenated, into host memory.
   absl::Status ToHost(const std::vector<DeviceRange>& src, uint8_t* host);

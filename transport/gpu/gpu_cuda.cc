@@ -189,6 +189,12 @@ struct ChunkWorker::Impl {
 };
 
 ChunkWorker::ChunkWorker(std::unique_ptr<Impl> impl, int device) : impl_(std::move(impl)), device_(device) {}
+
+uint64_t ChunkWorker::device_bytes() const {
+  const Impl& w = *impl_;
+  return w.max_chunk + codec::MaxSplitEncodedBytes(w.max_chunk) + sizeof(Control) + w.max_ptrs * sizeof(uint8_t*) +
+         w.encoder->workspace_bytes() + w.decoder->workspace_bytes();
+}
 ChunkWorker::~ChunkWorker() {
   cudaSetDevice(device_);
   impl_.reset();

@@ -18,6 +18,7 @@ PinnedRange::~PinnedRange() = default;
 struct ChunkWorker::Impl {};
 ChunkWorker::ChunkWorker(std::unique_ptr<Impl> impl, int device) : impl_(std::move(impl)), device_(device) {}
 ChunkWorker::~ChunkWorker() = default;
+uint64_t ChunkWorker::device_bytes() const { return 0; }
 absl::StatusOr<std::unique_ptr<ChunkWorker>> ChunkWorker::Create(int, uint64_t) { return NoCuda(); }
 absl::Status ChunkWorker::ToHost(const std::vector<DeviceRange>&, uint8_t*) { return NoCuda(); }
 absl::Status ChunkWorker::FromHost(const uint8_t*, const std::vector<DeviceRange>&) { return NoCuda(); }

@@ -456,18 +456,21 @@ class Engine::Impl {
       }
     }
     std::vector<std::unique_ptr<gpu::ChunkWorker>> workers;
+    uint64_t device_bytes = 0;
     for (uint32_t i = 0; i < options_.gpu_workers; ++i) {
       auto w = gpu::ChunkWorker::Create(device, options_.chunk_bytes);
       if (!w.ok()) return w.status();
+      device_bytes += (*w)->device_bytes();
       workers.push_back(std::move(w).value());
     }
     {
       MutexLock l(&gpu_mu_);
       gpus_[device] = std::make_unique<GpuPool>(std::move(workers));
       gpu_devices_.store(static_cast<uint32_t>(gpus_.size()), std::memory_order_relaxed);
+      gpu_bytes_.fetch_add(device_bytes, std::memory_order_relaxed);
     }
-    KVF_LOG(info, "engine", "GPU {} ready: {} workers, {} bytes of staging pinned", device, options_.gpu_workers,
-            send_pool_.bytes() + recv_pool_.bytes());
+    KVF_LOG(info, "engine", "GPU {} ready: {} workers holding {} bytes of device memory, {} bytes of staging pinned",
+            device, options_.gpu_workers, device_bytes, send_pool_.bytes() + recv_pool_.bytes());
     return absl::OkStatus();
   }
 
@@ -481,8 +484,16 @@ class Engine::Impl {
   }
 
   EngineStats stats() const {
-    MutexLock l(&mu_);
-    return stats_;
+    EngineStats s;
+    {
+      MutexLock l(&mu_);
+      s = stats_;
+    }
+    // Set by PrepareDevice (another thread): current even before the engine
+    // thread publishes again.
+    s.gpu_devices = gpu_devices_.load(std::memory_order_relaxed);
+    s.gpu_bytes_allocated = gpu_bytes_.load(std::memory_order_relaxed);
+    return s;
   }
 
  private:
@@ -1388,6 +1399,7 @@ class Engine::Impl {
     s.codec_mbps_per_thread = cpu.codec_bps / 1e6;
     s.codec_ratio = cpu.ratio;
     s.gpu_devices = gpu_devices_.load(std::memory_order_relaxed);
+    s.gpu_bytes_allocated = gpu_bytes_.load(std::memory_order_relaxed);
     MutexLock l(&mu_);
     stats_ = s;
   }
@@ -1427,6 +1439,7 @@ class Engine::Impl {
   Mutex gpu_mu_;
   absl::flat_hash_map<int, std::unique_ptr<GpuPool>> gpus_ ABSL_GUARDED_BY(gpu_mu_);
   std::atomic<uint32_t> gpu_devices_{0};
+  std::atomic<uint64_t> gpu_bytes_{0};
   // Last member: its threads are joined first on destruction.
   std::unique_ptr<CodecPool> codec_;
 };

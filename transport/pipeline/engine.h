@@ -124,7 +124,8 @@ struct EngineStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t staging_bytes_allocated = 0;
   uint32_t codec_threads = 0;
-  uint32_t gpu_devices = 0;  // devices prepared for GPU pools
+  uint32_t gpu_devices = 0;          // devices prepared for GPU pools
+  uint64_t gpu_bytes_allocated = 0;  // device memory of their workers
   // Adaptive mode's current estimates for the CPU codec (0 until measured).
   double codec_mbps_per_thread = 0, codec_ratio = 0;
 };
