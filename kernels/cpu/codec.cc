@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "kernels/checksum.h"
 #include "kernels/codec_plan.h"
 
@@ -231,6 +232,35 @@ void ParallelFor(uint64_t n, int threads, Fn fn) {
   for (auto& th : pool) th.join();
 }
 
+// Per-thread scratch reused across calls (no allocation, no page faults per
+// chunk); large requests get their own buffer and do not stay.
+class Scratch {
+ public:
+  uint8_t* Bytes(size_t n) {
+    auto& v = n <= kKeep ? Tls().bytes[next_++ % 2] : own_.emplace_back();
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+  std::vector<std::vector<uint8_t>>& Tiles(size_t n) {
+    auto& t = Tls().tiles;
+    if (t.size() < n) t.resize(n);
+    return t;
+  }
+
+ private:
+  static constexpr size_t kKeep = 64u << 20;
+  struct PerThread {
+    std::vector<uint8_t> bytes[2];
+    std::vector<std::vector<uint8_t>> tiles;
+  };
+  static PerThread& Tls() {
+    thread_local PerThread t;
+    return t;
+  }
+  int next_ = 0;
+  std::vector<std::vector<uint8_t>> own_;
+};
+
 // ---- tiles ---------------------------------------------------------------
 
 // Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
@@ -239,6 +269,47 @@ std::atomic<bool> g_simd{true};
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2") &&
                         __builtin_cpu_supports("avx512dq");
+
+// bf16 elements [e0, e1): symbols (bits 14..7) and raw bytes (sign << 7 |
+// bits 6..0), 32 elements per step.
+__attribute__((target("avx512f,avx512bw"))) void SplitBf16Avx512(const uint8_t* in, uint64_t e0, uint64_t e1,
+                                                                 uint8_t* sym, uint8_t* raw) {
+  const __m512i low8 = _mm512_set1_epi16(0xff), sign = _mm512_set1_epi16(0x80), mant = _mm512_set1_epi16(0x7f);
+  uint64_t i = e0;
+  for (; i + 32 <= e1; i += 32) {
+    const __m512i v = _mm512_loadu_si512(in + 2 * i);
+    const __m512i s = _mm512_and_si512(_mm512_srli_epi16(v, 7), low8);
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 8), sign), _mm512_and_si512(v, mant));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sym + i), _mm512_cvtepi16_epi8(s));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(raw + i), _mm512_cvtepi16_epi8(r));
+  }
+  for (; i < e1; ++i) {
+    uint16_t v;
+    std::memcpy(&v, in + 2 * i, 2);
+    sym[i] = static_cast<uint8_t>(v >> 7);
+    raw[i] = static_cast<uint8_t>(((v >> 8) & 0x80) | (v & 0x7f));
+  }
+}
+
+// The inverse: bf16 elements [e0, e1) from symbols and raw bytes.
+__attribute__((target("avx512f,avx512bw"))) void JoinBf16Avx512(const uint8_t* sym, const uint8_t* raw, uint64_t e0,
+                                                                uint64_t e1, uint8_t* out) {
+  const __m512i sign = _mm512_set1_epi16(0x80), mant = _mm512_set1_epi16(0x7f);
+  uint64_t i = e0;
+  for (; i + 32 <= e1; i += 32) {
+    const __m512i s = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sym + i)));
+    const __m512i r = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw + i)));
+    const __m512i v =
+        _mm512_or_si512(_mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, sign), 8), _mm512_slli_epi16(s, 7)),
+                        _mm512_and_si512(r, mant));
+    _mm512_storeu_si512(out + 2 * i, v);
+  }
+  for (; i < e1; ++i) {
+    const uint32_t rw = raw[i];
+    const uint16_t v = static_cast<uint16_t>(((rw & 0x80) << 8) | (uint32_t{sym[i]} << 7) | (rw & 0x7f));
+    std::memcpy(out + 2 * i, &v, 2);
+  }
+}
 
 // Encodes rounds [0, rounds) (all full), last to first, with AVX-512. Words go
 // into the stream from its end backwards: each round's words land, in ascending
@@ -301,8 +372,8 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   uint32_t x[kLanes];
   for (auto& v : x) v = kL;
   // At most one word per symbol; the stream is written from the end backwards.
-  std::vector<uint16_t> word_buf(n + 1);
-  uint16_t* const words_end = word_buf.data() + word_buf.size();
+  thread_local std::vector<uint16_t> word_buf(kTileSymbols + 1);  // n <= kTileSymbols
+  uint16_t* const words_end = word_buf.data() + n + 1;
   uint16_t* pos = words_end;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
   const uint32_t full = n / kLanes;
@@ -475,7 +546,7 @@ struct Grouping {
   uint64_t TotalQ16() const { return cost_q16 + (uint64_t{side_bytes} << 19); }  // 8 bits/byte in Q16
 };
 
-Grouping Order0(const std::vector<uint8_t>& sym) {
+Grouping Order0(absl::Span<const uint8_t> sym) {
   uint64_t part[4][256] = {};
   const size_t n = sym.size();
   size_t i = 0;
@@ -500,7 +571,7 @@ Grouping Order0(const std::vector<uint8_t>& sym) {
 // tables merge neighbouring groups (plan::Group16).
 class ChannelStats {
  public:
-  ChannelStats(const std::vector<uint8_t>& sym, uint64_t channels)
+  ChannelStats(absl::Span<const uint8_t> sym, uint64_t channels)
       : channels_(channels), group16_(channels), hist16_(16 * 256, 0) {
     std::vector<uint64_t> sum(channels_, 0);
     uint64_t c = 0;
@@ -658,13 +729,18 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   if (raw_plane >= in_bytes) return stored();
   const int threads = Threads(o.threads, (n + kTileSymbols - 1) / kTileSymbols);
   // 1. Split: symbols to a temporary array, the raw plane straight into place.
-  std::vector<uint8_t> sym(n);
+  Scratch scratch;
+  uint8_t* const sym = scratch.Bytes(n);
   const uint64_t groups8 = (n + 7) / 8;
   uint8_t* raw_out = out + kHeaderBytes;
   ParallelFor((groups8 + 4095) / 4096, threads, [&](uint64_t part) {
     const uint64_t g0 = part * 4096, g1 = std::min(groups8, g0 + 4096);
     const uint64_t e0 = g0 * 8, e1 = std::min(n, g1 * 8);
-    if (o.dtype == DType::kBF16) {  // the common case, in a loop the compiler vectorises
+    if (o.dtype == DType::kBF16 && kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
+      SplitBf16Avx512(in, e0, e1, sym, raw_out);
+      return;
+    }
+    if (o.dtype == DType::kBF16) {  // the common case
       for (uint64_t i = e0; i < e1; ++i) {
         uint16_t v;
         std::memcpy(&v, in + 2 * i, 2);
@@ -681,9 +757,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
-  Grouping best = Order0(sym);
+  Grouping best = Order0({sym, n});
   if (o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels) {
-    const ChannelStats stats(sym, channels);
+    const ChannelStats stats({sym, n}, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
       if (g > channels) break;
       Grouping cand = stats.Groups(g);
@@ -691,14 +767,13 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     }
   }
   const uint8_t* table_of = nullptr;
-  std::vector<uint8_t> table_per_element;
   if (best.groups > 1) {
-    table_per_element.resize(n);
+    uint8_t* table_per_element = scratch.Bytes(n);
     for (uint64_t i = 0, c = 0; i < n; ++i) {
       table_per_element[i] = best.channel_group[c];
       if (++c == channels) c = 0;
     }
-    table_of = table_per_element.data();
+    table_of = table_per_element;
   }
 
   // Split-send: the raw plane is final; the caller may take it now.
@@ -708,14 +783,14 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   sum();
 
   // 3. Tiles in parallel.
-  std::vector<std::vector<uint8_t>> tile_bytes(tiles);
+  std::vector<std::vector<uint8_t>>& tile_bytes = scratch.Tiles(tiles);
   std::vector<uint32_t> dir(tiles);
   std::vector<uint32_t> enc(best.tables.size() * 256);  // freq | cum << 16, for the SIMD encoder
   for (size_t t = 0; t < best.tables.size(); ++t) {
     for (int sy = 0; sy < 256; ++sy) enc[t * 256 + sy] = best.tables[t].freq[sy] | best.tables[t].cum[sy] << 16;
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
-    dir[t] = EncodeTile(sym.data(), t * kTileSymbols, std::min<uint64_t>(n, (t + 1) * kTileSymbols), table_of,
+    dir[t] = EncodeTile(sym, t * kTileSymbols, std::min<uint64_t>(n, (t + 1) * kTileSymbols), table_of,
                         sp.info.exp_bits, best.tables, enc, &tile_bytes[t]);
   });
 
@@ -724,7 +799,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   for (const auto& t : best.tables) payload += TableBytes(t);
   const uint64_t pad = TilePad(kHeaderBytes + payload);
   payload += pad;
-  for (const auto& tb : tile_bytes) payload += tb.size();
+  for (uint32_t t = 0; t < tiles; ++t) payload += tile_bytes[t].size();
   if (payload >= in_bytes && !committed) return stored();
   if (kHeaderBytes + payload > out_capacity) return absl::InternalError("split chunk exceeds its bound");
   uint8_t* p = out + kHeaderBytes + raw_plane;
@@ -741,7 +816,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   for (uint32_t t = 0; t < tiles; ++t, p += 4) Put<uint32_t>(p, dir[t]);
   std::memset(p, 0, pad);
   p += pad;
-  for (const auto& tb : tile_bytes) {
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const auto& tb = tile_bytes[t];
     std::memcpy(p, tb.data(), tb.size());
     p += tb.size();
   }
@@ -908,23 +984,23 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
   if (p.info.stored) {
     if (n > 0) std::memcpy(out, in + kHeaderBytes, p.info.original_bytes);
   } else {
-    std::vector<uint8_t> sym(n);
-    std::vector<uint8_t> table_per_element;
+    Scratch scratch;
+    uint8_t* const sym = scratch.Bytes(n);
     const uint8_t* table_of = nullptr;
     const uint64_t channels = p.info.layout.channels();
     if (p.info.channel_groups) {
-      table_per_element.resize(n);
+      uint8_t* table_per_element = scratch.Bytes(n);
       for (uint64_t i = 0, c = 0; i < n; ++i) {
         table_per_element[i] = p.channel_map[c];
         if (++c == channels) c = 0;
       }
-      table_of = table_per_element.data();
+      table_of = table_per_element;
     }
     const int nt = Threads(threads, p.info.tiles);
     std::vector<absl::Status> status(p.info.tiles);
     ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
       const uint64_t b = t * kTileSymbols, e = std::min<uint64_t>(n, (t + 1) * kTileSymbols);
-      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym.data());
+      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym);
     });
     for (const auto& s : status) {
       if (!s.ok()) return s;
@@ -933,6 +1009,10 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
     const uint32_t W = sp.info.raw_bits;
     ParallelFor((n + 32767) / 32768, nt, [&](uint64_t part) {
       const uint64_t b = part * 32768, e = std::min<uint64_t>(n, b + 32768);
+      if (p.info.dtype == DType::kBF16 && kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
+        JoinBf16Avx512(sym, p.raw_plane, b, e, out);
+        return;
+      }
       if (p.info.dtype == DType::kBF16) {
         for (uint64_t i = b; i < e; ++i) {
           const uint32_t raw = p.raw_plane[i];
