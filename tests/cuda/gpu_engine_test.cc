@@ -245,15 +245,7 @@ TEST_P(GpuEngineTest, CancelMidPipelineReleasesEveryStagingSlot) {
   s.device = 0;
   ASSERT_TRUE(rx->StartRecv(r).ok());
   ASSERT_TRUE(tx->StartSend(s).ok());
-  while (rc->chunks_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  tx->Cancel(Direction::kSend, 700, absl::CancelledError("by test"));
-  rx->Cancel(Direction::kRecv, 700, absl::CancelledError("by test"));
-  EXPECT_EQ(sr.Get().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(rr.Get().code(), absl::StatusCode::kCancelled);
-  auto ts = tx->stats(), rs = rx->stats();
-  EXPECT_EQ(ts.send_slots_free, ts.send_slots);
-  EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
-  EXPECT_EQ(ts.active_sends + rs.active_recvs, 0u);
+  CancelMidTransferAndCheckSlots(*tx, *rx, 700, *rc, sr, rr);
 }
 
 TEST_P(GpuEngineTest, DeviceJobsNeedAPreparedDevice) {

@@ -510,15 +510,7 @@ TEST_P(EngineTest, CancelMidPipelineReleasesEveryStagingSlot) {
   ASSERT_TRUE(tx->StartSend({601, rx->address(), Scrambled(src, 1 << 20, 9), o.chunk_bytes, absl::InfiniteFuture(),
                              nullptr, sr.cb(), Bf16(Compression::kCompressed)})
                   .ok());
-  while (rc->chunks_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  tx->Cancel(Direction::kSend, 601, absl::CancelledError("by test"));
-  rx->Cancel(Direction::kRecv, 601, absl::CancelledError("by test"));
-  EXPECT_EQ(sr.Get().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(rr.Get().code(), absl::StatusCode::kCancelled);
-  auto ts = tx->stats(), rs = rx->stats();
-  EXPECT_EQ(ts.send_slots_free, ts.send_slots);
-  EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
-  EXPECT_EQ(ts.active_sends + rs.active_recvs, 0u);
+  CancelMidTransferAndCheckSlots(*tx, *rx, 601, *rc, sr, rr);
 }
 
 TEST(Adaptive, CompressesTheFractionThatBalancesCodecAndLink) {

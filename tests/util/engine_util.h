@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/chunk.h"
@@ -51,6 +52,21 @@ class RawSender {
   std::unique_ptr<transport::Transport> t_;
   std::unique_ptr<transport::Endpoint> ep_;
 };
+
+// Once the receiver has verified two chunks, cancels transfer `id` on both
+// engines: both jobs end CANCELLED and every staging slot is free again.
+inline void CancelMidTransferAndCheckSlots(Engine& tx, Engine& rx, uint64_t id, const TransferCounters& rc, Result& sr,
+                                           Result& rr) {
+  while (rc.chunks_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  tx.Cancel(Direction::kSend, id, absl::CancelledError("by test"));
+  rx.Cancel(Direction::kRecv, id, absl::CancelledError("by test"));
+  EXPECT_EQ(sr.Get().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(rr.Get().code(), absl::StatusCode::kCancelled);
+  auto ts = tx.stats(), rs = rx.stats();
+  EXPECT_EQ(ts.send_slots_free, ts.send_slots);
+  EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
+  EXPECT_EQ(ts.active_sends + rs.active_recvs, 0u);
+}
 
 inline std::vector<uint8_t> Header(const transport::ChunkHeader& h) {
   std::vector<uint8_t> m(transport::kChunkHeaderBytes);

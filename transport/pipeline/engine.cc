@@ -728,11 +728,9 @@ class Engine::Impl {
   // a split chunk's tail). Held while an early plane is open.
   absl::Status SendWhole(Job* j, int slot, const ChunkHeader& h, const uint8_t* payload, uint64_t len,
                          size_t header_bytes) {
-    Job::Slot& s = j->inflight[slot];
-    transport::EncodeChunkHeader(h, send_pool_.ptr(slot));
+    Job::Slot& s = WriteHeader(j, slot, h, header_bytes);
     s.payload = payload;
     s.payload_bytes = len;
-    s.header_bytes = header_bytes;
     if (j->open_lead >= 0) {
       ++s.pending;  // held
       j->held.push_back(slot);
@@ -748,9 +746,7 @@ class Engine::Impl {
       ReleaseIfIdle(j, slot);
       return st;
     }
-    s.header_ready = true;
-    ++s.pending;
-    return FlushHeaders(j);
+    return HeaderReady(j, slot);
   }
 
   // The early plane's header left or its send completed: release held chunks.
@@ -767,10 +763,10 @@ class Engine::Impl {
     return st;
   }
 
-  // Read by codec threads (SplitHook): whether a raw plane could leave now.
-  static void UpdateWireIdle(Job* j) {
-    j->wire_idle.store(j->sends_in_flight == 0 && j->held.empty() && j->open_lead < 0, std::memory_order_relaxed);
-  }
+  // Whether a raw plane could leave now: nothing of the job in flight or waiting.
+  static bool WireIdle(const Job& j) { return j.sends_in_flight == 0 && j.held.empty() && j.open_lead < 0; }
+  // The same, for codec threads (SplitHook).
+  static void UpdateWireIdle(Job* j) { j->wire_idle.store(WireIdle(*j), std::memory_order_relaxed); }
 
   absl::Status SubmitPayload(Job* j, int slot, const uint8_t* payload, uint64_t len) {
     Job::Slot& s = j->inflight[slot];
@@ -786,13 +782,19 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
-  // Writes the chunk header into the slot (its message is `bytes` long: a
-  // split chunk's tail follows the header) and sends what headers are due.
-  absl::Status QueueHeader(Job* j, int slot, const ChunkHeader& h, size_t bytes) {
+  // Writes the chunk header into the slot; its message is `bytes` long (a
+  // split chunk's tail follows the header).
+  Job::Slot& WriteHeader(Job* j, int slot, const ChunkHeader& h, size_t bytes) {
     Job::Slot& s = j->inflight[slot];
     transport::EncodeChunkHeader(h, send_pool_.ptr(slot));
-    s.header_ready = true;
     s.header_bytes = bytes;
+    return s;
+  }
+
+  // The slot's header may leave once those before it have: send what is due.
+  absl::Status HeaderReady(Job* j, int slot) {
+    Job::Slot& s = j->inflight[slot];
+    s.header_ready = true;
     ++s.pending;
     return FlushHeaders(j);
   }
@@ -903,15 +905,16 @@ class Engine::Impl {
       j->gpu->Post([this, segs, off, len, o, buf, key, slot, compress, split, job](gpu::ChunkWorker& w) {
         const absl::Time t0 = absl::Now();
         CodecDone d = StartDone(key, slot, compress, len);
+        const auto src = DeviceRanges(*segs, off, len);
         if (compress) {
           uint64_t lead = 0;
           codec::EncodeOptions so = o;
           if (split) so.on_raw_plane = SplitHook(job, slot, buf, len, &lead);
-          auto n = w.Encode(so, DeviceRanges(*segs, off, len), len, buf + second_off_);
+          auto n = w.Encode(so, src, len, buf + second_off_);
           FinishEncode(n, lead, buf, &d);
         }
         if (!d.encoded && d.status.ok()) {  // raw, or the chunk did not shrink
-          d.status = w.ToHost(DeviceRanges(*segs, off, len), buf + kPayloadOffset);
+          d.status = w.ToHost(src, buf + kPayloadOffset);
           d.payload = buf + kPayloadOffset;
           d.len = len;
         }
@@ -1064,7 +1067,7 @@ class Engine::Impl {
     Job* j = it->second.get();
     if (j->ending || !j->inflight.contains(d.slot)) return;  // the codec task's end releases the slot
     Job::Slot& s = j->inflight[d.slot];
-    if (j->sends_in_flight > 0 || !j->held.empty() || j->open_lead >= 0) {
+    if (!WireIdle(*j)) {
       // The link got busy since the codec thread looked: the plane goes with
       // the rest of the chunk.
       s.lead_deferred = true;
@@ -1127,7 +1130,8 @@ class Engine::Impl {
                                      static_cast<uint16_t>(transport::kChunkEncoded | transport::kChunkSplit)};
       if (lead) {  // the raw plane is out: the header message carries the rest
         j->counters->chunks_split.fetch_add(1, std::memory_order_relaxed);
-        st = QueueHeader(j, d.slot, split_header, d.header_len);
+        WriteHeader(j, d.slot, split_header, d.header_len);
+        st = HeaderReady(j, d.slot);
       } else if (deferred) {  // committed to the split form, but nothing went early
         st = SendWhole(j, d.slot, split_header, s.payload, s.payload_bytes, d.header_len);
       } else {
