@@ -5,13 +5,14 @@
 //   Split     symbols to the workspace, raw plane straight into the chunk,
 //             order-0 histogram, per-channel symbol sums (KV-aware mode)
 //   Checksum  kvsum64 of the input
-//   Rank      order-0 table; channels ranked by mean exponent -> 16 groups
+//   Rank      channels ranked by mean exponent -> 16 groups (KV-aware mode)
 //   Hist16    histograms of the 16 channel groups (KV-aware mode)
-//   Plan      candidates G = 1, 2, 4, 8, 16; writes map and tables
+//   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
 //   Tiles     one warp per 16384-symbol tile: rANS, or RAW when not smaller
 //   Layout    tile offsets (scan), directory, header; STORED when not smaller
 //   Copy      tiles (or, when STORED, the input) into place
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
@@ -35,7 +36,6 @@ struct ChunkPlan {
   uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
   uint64_t tables_bytes;          // map + tables, written by Plan
   uint64_t dir_off, tiles_off;    // chunk offsets of the directory and tile 0
-  uint64_t order0_cost;           // Q16 bits + table bytes, of the order-0 candidate
 };
 
 struct Workspace {
@@ -46,7 +46,7 @@ struct Workspace {
   unsigned long long* sum;     // [chunks] kvsum64 accumulator
   uint8_t* group16;            // [chunks][kMaxGroupedChannels]
   uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
-  uint32_t* freq0;             // [chunks][256] order-0 table
+  uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
   uint32_t* enc;               // [chunks][16][256] freq | cum << 16
   uint32_t* rcp;               // [chunks][16][256] floor((2^32 - 1) / freq)
   uint32_t* entry;             // [chunks][max_tiles] directory entries
@@ -104,8 +104,9 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
   __syncthreads();
   if (err != kOk) return;
   for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) ws.hist[c * 256ull + k] = 0;
+  if (!p.grouping) return;  // the group histograms and channel sums are used only then
   for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
-  for (uint32_t k = threadIdx.x; k < kMaxGroupedChannels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
+  for (uint32_t k = threadIdx.x; k < p.channels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
 }
 
 // ---- Split ------------------------------------------------------------------
@@ -220,17 +221,21 @@ struct GatherBytes {
   __device__ __forceinline__ uint8_t Byte(uint64_t off) const { return *a.At(off); }
 };
 
-__global__ void ChecksumKernel(const int32_t* status, Workspace ws) {
+// A warp per 4 KiB checksum block, eight per CUDA block.
+constexpr uint32_t kChecksumWarps = 8;
+
+__global__ void __launch_bounds__(kChecksumWarps * 32) ChecksumKernel(const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan& p = ws.plan[c];
-  const uint64_t gtid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  const uint64_t block = gtid / 8;
-  const uint64_t nblocks = (p.bytes + 4095) / 4096;
-  if (blockIdx.x * static_cast<uint64_t>(blockDim.x) / 8 >= nblocks) return;
+  const uint64_t nblocks = (p.bytes + checksum::kBlockBytes - 1) / checksum::kBlockBytes;
+  const uint64_t block = blockIdx.x * static_cast<uint64_t>(kChecksumWarps) + threadIdx.x / 32;
+  if (blockIdx.x * static_cast<uint64_t>(kChecksumWarps) >= nblocks) return;
+  __shared__ uint64_t key[checksum::kWordsPerBlock];
+  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
+  __syncthreads();
   const GatherBytes src{p.in};
-  kvferry::cuda::Kvsum64AddBlockDigestFrom(src, p.bytes, block, static_cast<int>(gtid % 8), block < nblocks,
-                                           &ws.sum[c]);
+  kvferry::cuda::Kvsum64WarpBlockFrom(src, p.bytes, block, key, block < nblocks, &ws.sum[c]);
 }
 
 // ---- tables ----------------------------------------------------------------------
@@ -238,7 +243,7 @@ __global__ void ChecksumKernel(const int32_t* status, Workspace ws) {
 // One warp normalises a histogram (lane l holds symbols 8l..8l+7 in h) exactly
 // as kernels/cpu/codec.cc Normalize, and returns the estimated size (Q16 bits
 // plus 8 bits per table byte, in Q16) on every lane.
-__device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8]) {
+__device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint32_t* log2q16) {
   const int lane = threadIdx.x % 32;
   uint64_t total = 0;
   for (int k = 0; k < 8; ++k) total += h[k];
@@ -305,7 +310,7 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8]) {
   uint64_t cost = 0;
   int first = 256, last = -1;
   for (int k = 0; k < 8; ++k) {
-    if (h[k] != 0) cost += plan::CostQ16(h[k], f[k]);
+    if (h[k] != 0) cost += h[k] * ((uint64_t{kProbBits} << 16) - log2q16[f[k]]);  // plan::CostQ16
     if (f[k] != 0) {
       first = min(first, 8 * lane + k);
       last = max(last, 8 * lane + k);
@@ -320,21 +325,12 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8]) {
   return cost + (table_bytes << 19);
 }
 
-// Order-0 table; channel ranks -> group16 (bitonic sort of the unique keys).
+// KV-aware mode: channel ranks -> group16 (bitonic sort of the unique keys).
 __global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Workspace ws) {
   const int c = blockIdx.x;
   if (status[c] != kOk) return;
-  ChunkPlan& p = ws.plan[c];
-  if (p.stored) return;
-  if (threadIdx.x < 32) {
-    uint64_t h[8];
-    uint32_t f[8];
-    for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * threadIdx.x + k];
-    const uint64_t cost = WarpNormalize(h, f);
-    for (int k = 0; k < 8; ++k) ws.freq0[c * 256ull + 8 * threadIdx.x + k] = f[k];
-    if (threadIdx.x == 0) p.order0_cost = cost;
-  }
-  if (!p.grouping) return;
+  const ChunkPlan& p = ws.plan[c];
+  if (p.stored || !p.grouping) return;
   extern __shared__ uint64_t key[];  // kMaxGroupedChannels
   const uint32_t C = static_cast<uint32_t>(p.channels);
   uint32_t size = 1;
@@ -415,8 +411,15 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   __shared__ uint64_t cost[31];
   __shared__ uint32_t chosen_first, chosen_count, chosen_shift, stored;
   __shared__ uint64_t chosen_cost;
-  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) freq[0][k] = ws.freq0[c * 256ull + k];
   const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (warp == 0) {  // the order-0 table
+    uint64_t h[8];
+    uint32_t f[8];
+    for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
+    const uint64_t q = WarpNormalize(h, f, ws.log2q16);
+    for (int k = 0; k < 8; ++k) freq[0][8 * lane + k] = f[k];
+    if (lane == 0) cost[0] = q;
+  }
   if (p.grouping) {
     // Table t of the G-table candidate is slot G - 1 + t (G = 2, 4, 8, 16).
     for (uint32_t slot = 1 + warp; slot < 31; slot += blockDim.x / 32) {
@@ -427,14 +430,14 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
         for (int k = 0; k < 8; ++k) h[k] += ws.hist16[c * 4096ull + g * 256 + 8 * lane + k];
       }
       uint32_t f[8];
-      const uint64_t q = WarpNormalize(h, f);
+      const uint64_t q = WarpNormalize(h, f, ws.log2q16);
       for (int k = 0; k < 8; ++k) freq[slot][8 * lane + k] = f[k];
       if (lane == 0) cost[slot] = q;
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint64_t best = p.order0_cost;
+    uint64_t best = cost[0];
     uint32_t first = 0, count = 1, shift = 0;
     if (p.grouping) {
       for (uint32_t G = 2; G <= 16 && G <= C; G *= 2) {
@@ -460,18 +463,22 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   // Table byte offsets within the chunk.
   __shared__ uint64_t table_off[17];
   __shared__ uint32_t table_lo[16], table_n[16];
+  for (uint32_t t = warp; t < G; t += blockDim.x / 32) {  // each table's symbol range
+    int lo = 256, hi = -1;
+    for (int k = 0; k < 8; ++k) {
+      if (freq[first + t][8 * lane + k] != 0) lo = min(lo, 8 * lane + k), hi = 8 * lane + k;
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+      table_lo[t] = hi < 0 ? 0 : lo;
+      table_n[t] = hi < 0 ? 0 : hi - lo + 1;
+    }
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     uint64_t off = kHeader + p.raw_plane + (G > 1 ? C : 0);
     for (uint32_t t = 0; t < G; ++t) {
-      int lo = -1, hi = -1;
-      for (int s = 0; s < 256; ++s) {
-        if (freq[first + t][s] != 0) {
-          if (lo < 0) lo = s;
-          hi = s;
-        }
-      }
-      table_lo[t] = lo < 0 ? 0 : lo;
-      table_n[t] = lo < 0 ? 0 : hi - lo + 1;
       table_off[t] = off;
       off += 4 + 2ull * table_n[t];
     }
@@ -761,8 +768,9 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kTile;  // >= elements of any dtype, whole tiles
-  const uint64_t bytes = 64 * 16 + n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
-                                        2 * kMaxGroupedChannels + 256 * 4 + 2 * 4096 * 4) +
+  const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
+                         n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
+                              2 * kMaxGroupedChannels + 2 * 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch)) + n * e->max_elems_;
   if (cudaFuncSetAttribute(RankKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kMaxGroupedChannels * sizeof(uint64_t))) != cudaSuccess) {
@@ -771,6 +779,13 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->workspace_bytes_ = bytes;
   if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
+  }
+  // The planner's log2 table (the workspace's first region; see EncodeAsync),
+  // computed by the very function the CPU planner calls.
+  std::vector<uint32_t> log2q16(kM + 1, 0);
+  for (uint32_t f = 1; f <= kM; ++f) log2q16[f] = plan::Log2Q16(f);
+  if (cudaMemcpy(e->workspace_, log2q16.data(), log2q16.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+    return absl::InternalError("cannot initialise the encoder workspace");
   }
   return e;
 }
@@ -790,6 +805,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     return r;
   };
   Workspace ws;
+  ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));  // filled by Create
   ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
   ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
   ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
@@ -797,7 +813,6 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.sum = reinterpret_cast<unsigned long long*>(take(n * 8));
   ws.group16 = take(n * kMaxGroupedChannels);
   ws.map = take(n * kMaxGroupedChannels);
-  ws.freq0 = reinterpret_cast<uint32_t*>(take(n * 256 * 4));
   ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
   ws.rcp = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
   ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
@@ -809,10 +824,11 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
-  const uint64_t checksum_threads = (max_chunk_bytes_ + 4095) / 4096 * 8;
+  const uint64_t checksum_blocks = (max_chunk_bytes_ + 4095) / 4096;
   SetupKernel<<<count, 256, 0, stream>>>(chunks, status, sizes, ws);
   SplitKernel<<<dim3(split_blocks, count), 256, 0, stream>>>(chunks, status, ws);
-  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_threads + 255) / 256), count), 256, 0, stream>>>(status, ws);
+  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_blocks + kChecksumWarps - 1) / kChecksumWarps), count),
+                   kChecksumWarps * 32, 0, stream>>>(status, ws);
   RankKernel<<<count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream>>>(status, ws);
   Hist16Kernel<<<dim3(split_blocks, count), 256, 0, stream>>>(status, ws);
   PlanKernel<<<count, 256, 0, stream>>>(chunks, status, ws);
