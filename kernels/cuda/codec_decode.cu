@@ -409,9 +409,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     uint32_t raw4[4];
     LoadRaw4(s, in, begin + seg * kSeg, raw_aligned, raw4);
     const uint32_t rounds = min(16u, (n - seg * kSeg + 31) / 32);
-#pragma unroll 2
-    for (uint32_t r = 0; r < rounds; ++r) {
-      const bool active = seg * kSeg + r * 32 + lane < n;
+    auto round = [&](uint32_t r, bool active) {
       const uint32_t e = table_at(groups ? map[ch_idx] : 0u, x & (kM - 1));
       const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
       const bool need = active && y < kL;
@@ -431,6 +429,12 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
         ch_idx += ch_step;
         if (ch_idx >= C) ch_idx -= C;
       }
+    };
+    if (seg * kSeg + kSeg <= n) {  // a whole segment: every lane active in all 16 rounds
+#pragma unroll
+      for (uint32_t r = 0; r < 16; ++r) round(r, true);
+    } else {
+      for (uint32_t r = 0; r < rounds; ++r) round(r, seg * kSeg + r * 32 + lane < n);
     }
     __syncwarp();
     EmitSegment(s, in, begin + seg * kSeg, st, raw4, key, &sum, gsum);
