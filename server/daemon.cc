@@ -277,6 +277,7 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     resp->set_recv_slots_free(e.recv_slots_free);
     resp->set_active_sends(e.active_sends);
     resp->set_gpu_bytes(e.gpu_bytes_allocated);
+    resp->set_gpu_direct(e.gpu_direct);
     return grpc::Status::OK;
   }
 
@@ -551,12 +552,12 @@ void Daemon::Shutdown() {
 std::string DescribeOptions(const DaemonOptions& o) {
   return absl::StrFormat(
       "listen = %s\nadvertise = %s\nrole = %s\nport_file = %s\nchunk_bytes = %d\nstaging_bytes_per_direction = %d\n"
-      "window = %d\ncodec_threads = %d\ngpu_workers = %d\nsplit_send = %s\ncompression = %s\n"
+      "window = %d\ncodec_threads = %d\ngpu_workers = %d\nsplit_send = %s\ngpu_direct = %s\ncompression = %s\n"
       "default_lease_ttl_ms = %d\nmax_lease_ttl_ms = %d\ndefault_deadline_ms = %d\nmax_deadline_ms = %d\n",
       o.listen, o.advertise.empty() ? "(listen host:bound port)" : o.advertise, o.role,
       o.port_file.empty() ? "(none)" : o.port_file, o.engine.chunk_bytes, o.engine.staging_bytes, o.engine.window,
       o.engine.codec_threads, o.engine.gpu_workers, o.engine.split_send ? "true" : "false",
-      pipeline::CompressionName(o.compression), absl::ToInt64Milliseconds(o.default_lease_ttl),
+      o.engine.gpu_direct ? "true" : "false", pipeline::CompressionName(o.compression), absl::ToInt64Milliseconds(o.default_lease_ttl),
       absl::ToInt64Milliseconds(o.max_lease_ttl), absl::ToInt64Milliseconds(o.default_deadline),
       absl::ToInt64Milliseconds(o.max_deadline));
 }

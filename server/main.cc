@@ -31,6 +31,13 @@ ABSL_FLAG(bool, split_send, false,
           "Split-send: where a transfer's link is idle, an encoded chunk's raw sign+mantissa plane goes on the wire "
           "as soon as the codec has split it off, while its exponents are still being coded (false: encoded chunks "
           "go whole, once coded). Off by default: it measured no gain on the hosts tested (docs/performance.md).");
+ABSL_FLAG(bool, gpu_direct, false,
+          "GPU pools' chunks go on the wire straight from device memory (gathered, encoded, received, verified and "
+          "decoded on the GPU), where UCX has CUDA transports and UCX_TLS allows them (kvferry status says "
+          "gpu_direct=yes then). Worth it where UCX moves GPU memory natively: cuda_ipc between GPUs of one host "
+          "(UCX_TLS=tcp,cuda_copy,cuda_ipc,self,sm), GPUDirect RDMA. Over plain TCP, UCX's own staging of GPU "
+          "memory is far slower than kvferry's, so it is off by default; without it (or without such a UCX, e.g. "
+          "Debian's) chunks are staged through pinned host memory.");
 ABSL_FLAG(std::string, compression, "adaptive",
           "Compression of pulls that do not choose one: raw, compressed (every chunk through the codec; chunks "
           "that do not shrink go raw) or adaptive (the fraction of chunks that balances codec and link "
@@ -68,6 +75,7 @@ int main(int argc, char** argv) {
   o.engine.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   o.engine.gpu_workers = absl::GetFlag(FLAGS_gpu_workers);
   o.engine.split_send = absl::GetFlag(FLAGS_split_send);
+  o.engine.gpu_direct = absl::GetFlag(FLAGS_gpu_direct);
   if (o.engine.gpu_workers > 16) {
     std::fprintf(stderr, "kvferryd: --gpu_workers must be in [0, 16]\n");
     return 2;

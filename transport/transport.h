@@ -38,7 +38,7 @@ struct Completion {
 // What an implementation can do, queried once at setup.
 struct Capabilities {
   std::string name;          // "ucx", "loopback"
-  bool cuda_memory = false;  // can send/receive GPU memory directly
+  bool cuda_memory = false;  // can send/receive GPU memory directly (Submit* with device = true)
 };
 
 // A connection to one peer, shared by every transfer to it. Abort() (or
@@ -47,7 +47,8 @@ struct Capabilities {
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
-  virtual absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) = 0;
+  // `device`: buf is GPU memory (only where capabilities().cuda_memory).
+  virtual absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie, bool device = false) = 0;
   // Non-OK once the connection has failed (peer gone) or was aborted.
   virtual absl::Status health() const = 0;
   virtual void Abort() = 0;
@@ -64,8 +65,9 @@ class Transport {
 
   virtual absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) = 0;
 
-  // Posts a receive for one message with exactly `tag`.
-  virtual absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie) = 0;
+  // Posts a receive for one message with exactly `tag` (into GPU memory when
+  // `device`, only where capabilities().cuda_memory).
+  virtual absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie, bool device = false) = 0;
 
   // Cancels a posted receive; it completes (CANCELLED, or normally if it had
   // already matched) through Progress(). Unknown cookies are ignored.

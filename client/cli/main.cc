@@ -99,9 +99,10 @@ int CmdStatus() {
       st->active_leases(), st->active_transfers(), st->active_sends(),
       static_cast<unsigned long long>(st->transfers_done()), static_cast<unsigned long long>(st->transfers_failed()),
       static_cast<unsigned long long>(st->bytes_sent()), static_cast<unsigned long long>(st->bytes_received()));
-  std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free gpu_workers=%llu bytes\n",
+  std::printf("staging=%llu bytes send_slots=%u/%u free recv_slots=%u/%u free gpu_workers=%llu bytes gpu_direct=%s\n",
               static_cast<unsigned long long>(st->staging_bytes()), st->send_slots_free(), st->send_slots(),
-              st->recv_slots_free(), st->recv_slots(), static_cast<unsigned long long>(st->gpu_bytes()));
+              st->recv_slots_free(), st->recv_slots(), static_cast<unsigned long long>(st->gpu_bytes()),
+              st->gpu_direct() ? "yes" : "no");
   for (const auto& p : st->pools()) {
     std::printf("pool %llu '%s': %u blocks, %s, %llu bytes\n", static_cast<unsigned long long>(p.pool_id()),
                 p.name().c_str(), p.num_blocks(), kvferry::LayoutString(p.layout()).c_str(),

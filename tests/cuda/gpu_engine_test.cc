@@ -2,10 +2,12 @@
 // a CUDA device): device-to-device, host-to-device and device-to-host
 // transfers in every compression mode are bit-exact; paged (equal blocks),
 // odd-sized and contiguous segment lists; corrupt chunks never reach device
-// memory; cancelling mid-pipeline frees every staging slot.
+// memory; cancelling mid-pipeline frees every staging slot. With a UCX that
+// carries GPU memory, the "ucx" cases take the direct path (device staging).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <future>
 #include <random>
 #include <thread>
@@ -80,6 +82,7 @@ class GpuEngineTest : public ::testing::TestWithParam<std::string> {
 
 EngineOptions SmallChunks() {
   EngineOptions o;
+  o.gpu_direct = true;  // taken where the transport carries GPU memory
   o.chunk_bytes = 256 << 10;
   o.staging_bytes = 16 << 20;
   o.window = 4;
@@ -87,6 +90,9 @@ EngineOptions SmallChunks() {
 }
 
 // With split-send on (raw planes leave while the exponents are coded) and off.
+// Split-send needs host staging, so that sender stages; the receiver (and, in
+// the other round, both) go direct where the transport carries GPU memory:
+// a direct receiver then joins split chunks on the device.
 TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
   const size_t total = (3 << 20) + 4096;
   auto data = testing::KvLike(codec::DType::kBF16, total / 2, 128, 7);
@@ -96,7 +102,9 @@ TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
   for (bool split : {true, false}) {
     EngineOptions o = SmallChunks();
     o.split_send = split;
+    o.gpu_direct = !split;
     auto tx = NewEngine(o, {0});
+    o.gpu_direct = true;
     auto rx = NewEngine(o, {devices_ - 1});  // a second GPU when there is one
     // 32 KiB: paged blocks (the encoder reads the block list); 6144 + odd tail:
     // gathered on the device first; 0: one contiguous buffer.
@@ -246,6 +254,26 @@ TEST_P(GpuEngineTest, CancelMidPipelineReleasesEveryStagingSlot) {
   ASSERT_TRUE(rx->StartRecv(r).ok());
   ASSERT_TRUE(tx->StartSend(s).ok());
   CancelMidTransferAndCheckSlots(*tx, *rx, 700, *rc, sr, rr);
+}
+
+// Direct mode is on exactly when the transport carries GPU memory and the
+// option allows it; its device staging mirrors the host staging. A run meant
+// to cover the direct path sets KVFERRY_EXPECT_GPU_DIRECT=1 (a UCX with CUDA
+// transports, UCX_TLS allowing them).
+TEST_P(GpuEngineTest, GpuDirectFollowsTheTransport) {
+  auto on = NewEngine(SmallChunks(), {0});
+  const bool can = on->capabilities().cuda_memory;
+  if (GetParam() == "loopback") EXPECT_FALSE(can);
+  if (GetParam() == "ucx" && std::getenv("KVFERRY_EXPECT_GPU_DIRECT") != nullptr) {
+    EXPECT_TRUE(can) << "this UCX does not carry GPU memory (CUDA transports missing or not in UCX_TLS)";
+  }
+  EngineOptions o = SmallChunks();
+  o.gpu_direct = false;
+  auto off = NewEngine(o, {0});
+  const auto a = on->stats(), b = off->stats();
+  EXPECT_EQ(a.gpu_direct, can);
+  EXPECT_FALSE(b.gpu_direct);
+  EXPECT_EQ(a.gpu_bytes_allocated - b.gpu_bytes_allocated, can ? a.staging_bytes_allocated : 0);
 }
 
 TEST_P(GpuEngineTest, DeviceJobsNeedAPreparedDevice) {

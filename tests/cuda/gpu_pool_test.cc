@@ -147,6 +147,9 @@ TEST_F(GpuPoolTest, PullsBetweenPoolsOnOneGpuAreBitExact) {
   // The GPU workers' device memory is reported: per worker at least a staging
   // chunk and an encoded one (defaults: 4 workers, 1 MiB chunks).
   EXPECT_GE(st->gpu_bytes(), 4u * 2 * (1u << 20));
+  // A run that asks the daemons for direct transfers (--gpu_direct, a UCX with
+  // CUDA transports) sets KVFERRY_EXPECT_GPU_DIRECT=1: they must be on.
+  if (getenv("KVFERRY_EXPECT_GPU_DIRECT") != nullptr) EXPECT_TRUE(st->gpu_direct());
   PullEveryMode(src, dst, "GPU 0 -> GPU 0");
 }
 

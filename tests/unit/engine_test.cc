@@ -531,6 +531,17 @@ TEST(Adaptive, CompressesTheFractionThatBalancesCodecAndLink) {
   EXPECT_EQ(AdaptiveCompressedFraction(1.4e9, 3.6e9, 1.45), 0.0);
   // Garbage estimates do not produce NaN.
   EXPECT_GE(AdaptiveCompressedFraction(0, 0, 0), 0.0);
+  // Raw chunks that cost the workers nothing: the same as no raw rate.
+  EXPECT_DOUBLE_EQ(AdaptiveCompressedFraction(c, l, r, 1e30), f);
+  // Workers that already limit raw chunks (a GPU link faster than gather and
+  // checksum): compressing would only slow them down.
+  EXPECT_EQ(AdaptiveCompressedFraction(8e9, 7e9, 1.45, 6e9), 0.0);
+  // Raw chunks cost the workers a little: compress less than if they were
+  // free, and balance workers and link.
+  const double g = AdaptiveCompressedFraction(1e9, 1e9, 1.45, 20e9);
+  EXPECT_GT(g, 0.0);
+  EXPECT_LT(g, AdaptiveCompressedFraction(1e9, 1e9, 1.45));
+  EXPECT_NEAR(g / 1e9 + (1 - g) / 20e9, (g / 1.45 + 1 - g) / 1e9, 1e-18);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTest, ::testing::Values("loopback", "ucx"),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/kv_data.h"
 #include "client/client.h"
 #include "common/process.h"
@@ -37,6 +38,11 @@ struct Daemon {
     std::vector<std::string> argv = {"server/kvferryd", "--listen=127.0.0.1:0", "--port_file=" + base + ".port",
                                      "--role=" + role, "--log_level=debug"};
     argv.insert(argv.end(), flags.begin(), flags.end());
+    // A GPU host's run can add daemon flags to every test daemon, e.g.
+    // KVFERRY_TEST_DAEMON_FLAGS=--gpu_direct.
+    if (const char* extra = getenv("KVFERRY_TEST_DAEMON_FLAGS")) {
+      for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) argv.emplace_back(f);
+    }
     auto child = ChildProcess::Spawn(argv, {}, d->log);
     EXPECT_TRUE(child.ok()) << child.status();
     if (!child.ok()) return nullptr;

@@ -60,6 +60,25 @@ class PinnedRange {
   void* data_ = nullptr;
 };
 
+// Device memory of the data plane's own (direct transfers' staging slots),
+// allocated once on `device`; freed on destruction.
+class DeviceBuffer {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int device, uint64_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  DeviceBuffer() = default;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  int device_ = -1;
+};
+
 // A range of device memory.
 struct DeviceRange {
   uint8_t* data = nullptr;
@@ -99,6 +118,25 @@ class ChunkWorker {
   // does it copy them into the device ranges. DATA_LOSS otherwise, with
   // nothing written.
   absl::Status Decode(const uint8_t* in, uint64_t in_len, const std::vector<DeviceRange>& dst, uint64_t raw_len);
+
+  // Direct transfers (a transport that carries GPU memory): the chunk lives
+  // in device memory `dev` of this worker's GPU instead of host staging.
+  // Gathers the device ranges, concatenated, into `dev`.
+  absl::Status Gather(const std::vector<DeviceRange>& src, uint8_t* dev);
+  // Encode, writing the chunk to `dev` (capacity >= codec::MaxEncodedBytes(len));
+  // returns its size, which is >= len when the chunk did not shrink (then send
+  // the raw bytes).
+  absl::StatusOr<uint64_t> EncodeInto(const codec::EncodeOptions& options, const std::vector<DeviceRange>& src,
+                                      uint64_t len, uint8_t* dev);
+  // kvsum64 of `len` bytes at `dev`.
+  absl::StatusOr<uint64_t> Checksum(const uint8_t* dev, uint64_t len);
+  // Copies host bytes to `dev`.
+  absl::Status CopyIn(const uint8_t* host, uint64_t len, uint8_t* dev);
+  // Decode for a chunk already in device memory, with the same checks and
+  // guarantee (nothing written unless verified).
+  absl::Status DecodeFrom(const uint8_t* dev, uint64_t in_len, const std::vector<DeviceRange>& dst, uint64_t raw_len);
+  // Copies `dev`, in order, into the device ranges.
+  absl::Status Scatter(const uint8_t* dev, const std::vector<DeviceRange>& dst);
 
  private:
   struct Impl;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cuda/checksum_cuda.h"
 #include "kernels/cuda/codec_cuda.h"
 #include "transport/gpu/gpu.h"
 
@@ -139,6 +140,8 @@ struct Control {
   uint64_t size;
   int32_t status;
   uint64_t estimate;  // split-send
+  uint64_t sum;       // Checksum
+  uint8_t header[codec::kHeaderBytes];  // DecodeFrom
 };
 
 struct ChunkWorker::Impl {
@@ -172,6 +175,68 @@ struct ChunkWorker::Impl {
   }
 
   absl::Status Sync(const char* what) { return Cuda(cudaStreamSynchronize(stream), what); }
+
+  // Fills the encoder's view of the input and options. The encoder reads one
+  // aligned buffer, or a list of equal blocks (a paged KV cache) with no copy;
+  // anything else is gathered on the device first.
+  absl::Status EncodeInput(const codec::EncodeOptions& options, const std::vector<DeviceRange>& src, uint64_t len,
+                           codec::cuda::EncodeChunk* c) {
+    const bool equal_blocks = src.size() > 1 && src.size() <= max_ptrs && src[0].len % 64 == 0 &&
+                              src[0].len < (1ull << 32) && std::all_of(src.begin(), src.end(), [&](const DeviceRange& r) {
+                                return r.len == src[0].len && Aligned16(r.data);
+                              });
+    if (src.size() == 1 && Aligned16(src[0].data)) {
+      c->in.data = src[0].data;
+    } else if (equal_blocks) {
+      for (size_t i = 0; i < src.size(); ++i) host_ptrs[i] = src[i].data;
+      KVF_CUDA(cudaMemcpyAsync(ptrs, host_ptrs, src.size() * sizeof(uint8_t*), cudaMemcpyHostToDevice, stream),
+               "copy block list");
+      c->in.blocks = ptrs;
+      c->in.count = static_cast<uint32_t>(src.size());
+      c->in.block_bytes = src[0].len;
+    } else {
+      if (auto st = CopyRanges(src, stage, true, cudaMemcpyDeviceToDevice, "gather"); !st.ok()) return st;
+      c->in.data = stage;
+    }
+    c->bytes = len;
+    c->dtype = static_cast<uint8_t>(options.dtype);
+    c->channel_groups = options.channel_groups ? 1 : 0;
+    c->tokens = options.layout.tokens;
+    c->heads = options.layout.heads;
+    c->head_dim = options.layout.head_dim;
+    return absl::OkStatus();
+  }
+
+  // Launches the encoder on the descriptor in host->encode; with `split`, it
+  // also records the split point.
+  absl::Status LaunchEncode(bool split) {
+    KVF_CUDA(cudaMemcpyAsync(&ctl->encode, &host->encode, sizeof(host->encode), cudaMemcpyHostToDevice, stream),
+             "copy chunk descriptor");
+    codec::cuda::SplitPoint sp{planned, &ctl->estimate};
+    KVF_CUDA(encoder->EncodeAsync(&ctl->encode, 1, &ctl->size, &ctl->status, stream, split ? &sp : nullptr),
+             "encode launch");
+    return absl::OkStatus();
+  }
+
+  // Decodes the chunk at device `in` into stage, then (verified only) into dst.
+  absl::Status DecodeDevice(const uint8_t* in, uint64_t in_len, const std::vector<DeviceRange>& dst, uint64_t raw_len) {
+    codec::cuda::DeviceChunk c{};
+    c.data = in;
+    c.bytes = in_len;
+    c.out.data = stage;
+    c.out_capacity = raw_len;
+    host->decode = c;
+    KVF_CUDA(cudaMemcpyAsync(&ctl->decode, &host->decode, sizeof(c), cudaMemcpyHostToDevice, stream),
+             "copy chunk descriptor");
+    KVF_CUDA(decoder->DecodeAsync(&ctl->decode, 1, &ctl->status, stream), "decode launch");
+    KVF_CUDA(cudaMemcpyAsync(&host->status, &ctl->status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+             "copy decode result");
+    if (auto st = Sync("decode"); !st.ok()) return st;
+    if (host->status != 0) return codec::cuda::ToStatus(host->status);
+    // Verified: now into the destination blocks.
+    if (auto st = CopyRanges(dst, stage, false, cudaMemcpyDeviceToDevice, "scatter"); !st.ok()) return st;
+    return Sync("scatter");
+  }
 
   // Enqueues copies between the ranges, in order, and one flat buffer:
   // gather (into `flat`) or scatter (from it). `kind` says where `flat` is.
@@ -244,41 +309,13 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options
   if (len == 0 || len > w.max_chunk) return absl::InvalidArgumentError("chunk size out of the worker's range");
   KVF_CUDA(cudaSetDevice(device_), "set device");
   codec::cuda::EncodeChunk c{};
-  // The encoder reads one aligned buffer, or a list of equal blocks (a paged
-  // KV cache) with no copy; anything else is gathered on the device first.
-  const bool equal_blocks = src.size() > 1 && src.size() <= w.max_ptrs && src[0].len % 64 == 0 &&
-                            src[0].len < (1ull << 32) && std::all_of(src.begin(), src.end(), [&](const DeviceRange& r) {
-                              return r.len == src[0].len && Aligned16(r.data);
-                            });
-  if (src.size() == 1 && Aligned16(src[0].data)) {
-    c.in.data = src[0].data;
-  } else if (equal_blocks) {
-    for (size_t i = 0; i < src.size(); ++i) w.host_ptrs[i] = src[i].data;
-    KVF_CUDA(cudaMemcpyAsync(w.ptrs, w.host_ptrs, src.size() * sizeof(uint8_t*), cudaMemcpyHostToDevice, w.stream),
-             "copy block list");
-    c.in.blocks = w.ptrs;
-    c.in.count = static_cast<uint32_t>(src.size());
-    c.in.block_bytes = src[0].len;
-  } else {
-    if (auto st = w.CopyRanges(src, w.stage, true, cudaMemcpyDeviceToDevice, "gather"); !st.ok()) return st;
-    c.in.data = w.stage;
-  }
-  c.bytes = len;
-  c.dtype = static_cast<uint8_t>(options.dtype);
-  c.channel_groups = options.channel_groups ? 1 : 0;
-  c.tokens = options.layout.tokens;
-  c.heads = options.layout.heads;
-  c.head_dim = options.layout.head_dim;
+  if (auto st = w.EncodeInput(options, src, len, &c); !st.ok()) return st;
   c.out = w.encoded;
   const bool split = static_cast<bool>(options.on_raw_plane);
   c.out_capacity = split ? codec::MaxSplitEncodedBytes(len) : codec::MaxEncodedBytes(len);
   c.allow_stored = split ? 0 : 1;
   w.host->encode = c;
-  KVF_CUDA(cudaMemcpyAsync(&w.ctl->encode, &w.host->encode, sizeof(c), cudaMemcpyHostToDevice, w.stream),
-           "copy chunk descriptor");
-  codec::cuda::SplitPoint sp{w.planned, &w.ctl->estimate};
-  KVF_CUDA(w.encoder->EncodeAsync(&w.ctl->encode, 1, &w.ctl->size, &w.ctl->status, w.stream, split ? &sp : nullptr),
-           "encode launch");
+  if (auto st = w.LaunchEncode(split); !st.ok()) return st;
   uint64_t lead = 0;  // raw plane bytes already on the host
   bool taken = false;
   if (split) {
@@ -338,22 +375,94 @@ absl::Status ChunkWorker::Decode(const uint8_t* in, uint64_t in_len, const std::
   }
   KVF_CUDA(cudaSetDevice(device_), "set device");
   KVF_CUDA(cudaMemcpyAsync(w.encoded, in, in_len, cudaMemcpyHostToDevice, w.stream), "copy chunk to device");
-  codec::cuda::DeviceChunk c{};
-  c.data = w.encoded;
-  c.bytes = in_len;
-  c.out.data = w.stage;
-  c.out_capacity = raw_len;
-  w.host->decode = c;
-  KVF_CUDA(cudaMemcpyAsync(&w.ctl->decode, &w.host->decode, sizeof(c), cudaMemcpyHostToDevice, w.stream),
-           "copy chunk descriptor");
-  KVF_CUDA(w.decoder->DecodeAsync(&w.ctl->decode, 1, &w.ctl->status, w.stream), "decode launch");
-  KVF_CUDA(cudaMemcpyAsync(&w.host->status, &w.ctl->status, sizeof(int32_t), cudaMemcpyDeviceToHost, w.stream),
-           "copy decode result");
-  if (auto st = w.Sync("decode"); !st.ok()) return st;
+  return w.DecodeDevice(w.encoded, in_len, dst, raw_len);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(int device, uint64_t bytes) {
+  KVF_CUDA(cudaSetDevice(device), "set device");
+  auto b = std::unique_ptr<DeviceBuffer>(new DeviceBuffer());
+  KVF_CUDA(DeviceAlloc(&b->data_, bytes), "allocate device staging");
+  b->size_ = bytes;
+  b->device_ = device;
+  return b;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ == nullptr) return;
+  cudaSetDevice(device_);
+  cudaFree(data_);
+}
+
+absl::Status ChunkWorker::Gather(const std::vector<DeviceRange>& src, uint8_t* dev) {
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  if (auto st = impl_->CopyRanges(src, dev, true, cudaMemcpyDeviceToDevice, "gather"); !st.ok()) return st;
+  return impl_->Sync("gather");
+}
+
+absl::Status ChunkWorker::Scatter(const uint8_t* dev, const std::vector<DeviceRange>& dst) {
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  auto st = impl_->CopyRanges(dst, const_cast<uint8_t*>(dev), false, cudaMemcpyDeviceToDevice, "scatter");
+  if (!st.ok()) return st;
+  return impl_->Sync("scatter");
+}
+
+absl::Status ChunkWorker::CopyIn(const uint8_t* host, uint64_t len, uint8_t* dev) {
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  KVF_CUDA(cudaMemcpyAsync(dev, host, len, cudaMemcpyHostToDevice, impl_->stream), "copy to device");
+  return impl_->Sync("copy to device");
+}
+
+absl::StatusOr<uint64_t> ChunkWorker::Checksum(const uint8_t* dev, uint64_t len) {
+  Impl& w = *impl_;
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  KVF_CUDA(kvferry::cuda::Kvsum64Async(dev, len, &w.ctl->sum, w.stream), "checksum launch");
+  KVF_CUDA(cudaMemcpyAsync(&w.host->sum, &w.ctl->sum, sizeof(uint64_t), cudaMemcpyDeviceToHost, w.stream),
+           "copy checksum");
+  if (auto st = w.Sync("checksum"); !st.ok()) return st;
+  return w.host->sum;
+}
+
+absl::StatusOr<uint64_t> ChunkWorker::EncodeInto(const codec::EncodeOptions& options,
+                                                 const std::vector<DeviceRange>& src, uint64_t len, uint8_t* dev) {
+  Impl& w = *impl_;
+  if (len == 0 || len > w.max_chunk) return absl::InvalidArgumentError("chunk size out of the worker's range");
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  codec::cuda::EncodeChunk c{};
+  if (auto st = w.EncodeInput(options, src, len, &c); !st.ok()) return st;
+  c.out = dev;
+  c.out_capacity = codec::MaxEncodedBytes(len);
+  c.allow_stored = 1;
+  w.host->encode = c;
+  if (auto st = w.LaunchEncode(false); !st.ok()) return st;
+  KVF_CUDA(cudaMemcpyAsync(&w.host->size, &w.ctl->size, sizeof(uint64_t) + sizeof(int32_t), cudaMemcpyDeviceToHost,
+                           w.stream),
+           "copy encode result");
+  if (auto st = w.Sync("encode"); !st.ok()) return st;
   if (w.host->status != 0) return codec::cuda::ToStatus(w.host->status);
-  // Verified: now into the destination blocks.
-  if (auto st = w.CopyRanges(dst, w.stage, false, cudaMemcpyDeviceToDevice, "scatter"); !st.ok()) return st;
-  return w.Sync("scatter");
+  if (w.host->size > c.out_capacity) return absl::InternalError("CUDA encoder reported an impossible size");
+  return w.host->size;
+}
+
+absl::Status ChunkWorker::DecodeFrom(const uint8_t* dev, uint64_t in_len, const std::vector<DeviceRange>& dst,
+                                     uint64_t raw_len) {
+  Impl& w = *impl_;
+  if (in_len < codec::kHeaderBytes) return absl::DataLossError("codec chunk shorter than its header");
+  KVF_CUDA(cudaSetDevice(device_), "set device");
+  // The header on the host first: the chunk must decode to exactly raw_len
+  // bytes (the GPU decoder checks everything else, the checksum included).
+  KVF_CUDA(cudaMemcpyAsync(w.host->header, dev, codec::kHeaderBytes, cudaMemcpyDeviceToHost, w.stream),
+           "copy chunk header");
+  if (auto st = w.Sync("copy chunk header"); !st.ok()) return st;
+  const uint8_t* h = w.host->header;
+  uint64_t n = 0;
+  std::memcpy(&n, h + 8, sizeof(n));  // element count, little-endian (docs/codec-format.md)
+  const auto info = codec::Info(static_cast<codec::DType>(h[5]));
+  if (!info.ok()) return absl::DataLossError(absl::StrFormat("codec chunk of unknown dtype %d", h[5]));
+  if (raw_len > w.max_chunk || n != raw_len / info->bytes || raw_len % info->bytes != 0) {
+    return absl::DataLossError(
+        absl::StrFormat("codec chunk decodes to %d elements of %d bytes, expected %d bytes", n, info->bytes, raw_len));
+  }
+  return w.DecodeDevice(dev, in_len, dst, raw_len);
 }
 
 }  // namespace kvferry::gpu

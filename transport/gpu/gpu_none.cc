@@ -29,5 +29,18 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions&, const 
 absl::Status ChunkWorker::Decode(const uint8_t*, uint64_t, const std::vector<DeviceRange>&, uint64_t) {
   return NoCuda();
 }
+absl::Status ChunkWorker::Gather(const std::vector<DeviceRange>&, uint8_t*) { return NoCuda(); }
+absl::StatusOr<uint64_t> ChunkWorker::EncodeInto(const codec::EncodeOptions&, const std::vector<DeviceRange>&,
+                                                 uint64_t, uint8_t*) {
+  return NoCuda();
+}
+absl::StatusOr<uint64_t> ChunkWorker::Checksum(const uint8_t*, uint64_t) { return NoCuda(); }
+absl::Status ChunkWorker::CopyIn(const uint8_t*, uint64_t, uint8_t*) { return NoCuda(); }
+absl::Status ChunkWorker::DecodeFrom(const uint8_t*, uint64_t, const std::vector<DeviceRange>&, uint64_t) {
+  return NoCuda();
+}
+absl::Status ChunkWorker::Scatter(const uint8_t*, const std::vector<DeviceRange>&) { return NoCuda(); }
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(int, uint64_t) { return NoCuda(); }
+DeviceBuffer::~DeviceBuffer() = default;
 
 }  // namespace kvferry::gpu

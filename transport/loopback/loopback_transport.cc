@@ -56,7 +56,8 @@ class LoopbackTransport final : public Transport {
 
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const std::string& peer_address) override;
 
-  absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie) override {
+  absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie, bool device = false) override {
+    if (device) return absl::FailedPreconditionError("the loopback transport cannot carry GPU memory");
     MutexLock l(&fabric_->mu);
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
       if (it->tag != tag) continue;
@@ -138,7 +139,8 @@ class LoopbackEndpoint final : public Endpoint {
  public:
   LoopbackEndpoint(LoopbackTransport* self, std::string peer) : self_(self), peer_(std::move(peer)) {}
 
-  absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) override {
+  absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie, bool device = false) override {
+    if (device) return absl::FailedPreconditionError("the loopback transport cannot carry GPU memory");
     if (!health_.ok()) return health_;
     MutexLock l(&self_->fabric()->mu);
     auto it = self_->fabric()->by_address.find(peer_);

@@ -179,6 +179,14 @@ struct CodecRate {
     return agg_count >= 2 && secs > 0 ? agg_bytes / secs : 0;
   }
 
+  // GPU pools: a raw chunk's worker time (gather, checksum) per input byte.
+  double raw_bps = 0;
+  void AddRaw(uint64_t in_bytes, uint64_t ns) {
+    if (ns == 0) return;
+    const double rate = in_bytes * 1e9 / ns;
+    raw_bps = raw_bps == 0 ? rate : 0.8 * raw_bps + 0.2 * rate;
+  }
+
   void AddEncode(uint64_t in_bytes, uint64_t out_bytes, uint64_t ns) {
     if (ns == 0 || out_bytes == 0) return;
     const double rate = in_bytes * 1e9 / ns, r = static_cast<double>(in_bytes) / out_bytes;
@@ -211,6 +219,7 @@ struct Job {
   CodecSpec codec;                          // send only
   int device = kCpu;                        // >= 0: segments are device memory
   GpuPool* gpu = nullptr;                   // that device's workers
+  uint8_t* dev_staging = nullptr;           // direct: device mirror of this direction's staging
   absl::Time started;
   // Send: the link's busy time (some payload in flight) and its wire bytes.
   uint32_t sends_in_flight = 0;
@@ -297,13 +306,17 @@ const char* CompressionName(Compression c) {
   return "?";
 }
 
-double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio) {
+double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio, double raw_bps) {
   if (!(ratio > 1.0) || !(codec_bps > 0) || !(link_bps > 0)) return 0;
-  const double f = std::clamp((1 / link_bps) / (1 / codec_bps + 1 / link_bps - 1 / (ratio * link_bps)), 0.0, 1.0);
+  // Per byte, with a fraction f compressed: the workers take f / codec +
+  // (1 - f) / raw, the link (1 - f + f / ratio) / link. The best f makes the
+  // two equal; none pays when the workers are the bottleneck already.
+  const double c = 1 / codec_bps, l = 1 / link_bps, r = raw_bps > 0 ? 1 / raw_bps : 0;
+  const double f = std::clamp((l - r) / (c - r + l - l / ratio), 0.0, 1.0);
   // The model ignores what the window, CPU contention and the receiver's
   // decode cost: compress only where it promises a clear gain.
-  const double per_byte = std::max(f / codec_bps, (f / ratio + 1 - f) / link_bps);
-  if ((1 / link_bps) / per_byte < kMinAdaptiveGain) return 0;
+  const double per_byte = std::max(f * c + (1 - f) * r, (f / ratio + 1 - f) * l);
+  if (!(f > 0) || std::max(l, r) / per_byte < kMinAdaptiveGain) return 0;
   return f;
 }
 
@@ -344,6 +357,7 @@ class Engine::Impl {
           std::max(send_slot, recv_slot), options_.chunk_bytes, options_.codec_threads ? ", with codec room" : ""));
     }
     if (send_slots > kSlotMask || recv_slots > kSlotMask) return absl::InvalidArgumentError("too many staging slots");
+    gpu_direct_ = options_.gpu_direct && transport_->capabilities().cuda_memory;
     auto st = send_pool_.Init(send_slot, send_slots);
     if (!st.ok()) return st;
     st = recv_pool_.Init(recv_slot, recv_slots);
@@ -423,6 +437,11 @@ class Engine::Impl {
     job->codec = codec_spec;
     job->device = device;
     job->gpu = gpu;
+    if (gpu != nullptr && gpu_direct_) {
+      MutexLock l(&gpu_mu_);
+      const DirectStaging& d = direct_.at(device);
+      job->dev_staging = (dir == Direction::kSend ? d.send : d.recv)->data();
+    }
     if (dir == Direction::kRecv) job->received.assign(job->chunk_count, false);
     {
       MutexLock l(&mu_);
@@ -463,14 +482,26 @@ class Engine::Impl {
       device_bytes += (*w)->device_bytes();
       workers.push_back(std::move(w).value());
     }
+    DirectStaging direct;
+    if (gpu_direct_) {  // device mirrors of both staging pools
+      auto s = gpu::DeviceBuffer::Allocate(device, send_pool_.bytes());
+      if (!s.ok()) return s.status();
+      auto r = gpu::DeviceBuffer::Allocate(device, recv_pool_.bytes());
+      if (!r.ok()) return r.status();
+      direct.send = std::move(s).value();
+      direct.recv = std::move(r).value();
+      device_bytes += send_pool_.bytes() + recv_pool_.bytes();
+    }
     {
       MutexLock l(&gpu_mu_);
       gpus_[device] = std::make_unique<GpuPool>(std::move(workers));
+      direct_[device] = std::move(direct);
       gpu_devices_.store(static_cast<uint32_t>(gpus_.size()), std::memory_order_relaxed);
       gpu_bytes_.fetch_add(device_bytes, std::memory_order_relaxed);
     }
-    KVF_LOG(info, "engine", "GPU {} ready: {} workers holding {} bytes of device memory, {} bytes of staging pinned",
-            device, options_.gpu_workers, device_bytes, send_pool_.bytes() + recv_pool_.bytes());
+    KVF_LOG(info, "engine", "GPU {} ready: {} workers holding {} bytes of device memory, {} bytes of staging {}",
+            device, options_.gpu_workers, device_bytes, send_pool_.bytes() + recv_pool_.bytes(),
+            gpu_direct_ ? "mirrored on the device (chunks go on the wire from GPU memory)" : "pinned");
     return absl::OkStatus();
   }
 
@@ -493,6 +524,7 @@ class Engine::Impl {
     // thread publishes again.
     s.gpu_devices = gpu_devices_.load(std::memory_order_relaxed);
     s.gpu_bytes_allocated = gpu_bytes_.load(std::memory_order_relaxed);
+    s.gpu_direct = gpu_direct_;
     return s;
   }
 
@@ -504,6 +536,11 @@ class Engine::Impl {
   };
 
   StagingPool& pool(const Job& j) { return j.dir == Direction::kSend ? send_pool_ : recv_pool_; }
+  // Direct jobs: the device mirror of staging slot `slot` (same offset).
+  uint8_t* DevSlot(const Job& j, int slot) {
+    const StagingPool& p = pool(j);
+    return j.dev_staging + (p.ptr(slot) - p.ptr(0));
+  }
 
   void Run() {
     std::vector<Completion> completions;
@@ -694,8 +731,10 @@ class Engine::Impl {
       int posted = 0;
       if (st.ok()) {
         ++posted;
-        st = transport_->SubmitRecv(transport::PayloadTag(j->id), buf + kPayloadOffset, j->chunk_bytes,
-                                    Cookie(*j, slot, 1));
+        const bool direct = j->dev_staging != nullptr;
+        st = transport_->SubmitRecv(transport::PayloadTag(j->id),
+                                    (direct ? DevSlot(*j, slot) : buf) + kPayloadOffset, j->chunk_bytes,
+                                    Cookie(*j, slot, 1), direct);
       }
       if (posted > 0) {
         Job::Slot& s = j->inflight[slot];
@@ -770,7 +809,8 @@ class Engine::Impl {
 
   absl::Status SubmitPayload(Job* j, int slot, const uint8_t* payload, uint64_t len) {
     Job::Slot& s = j->inflight[slot];
-    absl::Status st = j->ep->SubmitSend(transport::PayloadTag(j->id), payload, len, Cookie(*j, slot, 1));
+    absl::Status st =
+        j->ep->SubmitSend(transport::PayloadTag(j->id), payload, len, Cookie(*j, slot, 1), j->dev_staging != nullptr);
     if (!st.ok()) {
       s.status = st;
       return st;
@@ -871,9 +911,12 @@ class Engine::Impl {
       j->probe_pending = true;
       return true;
     }
-    double codec_rate = rate.codec_bps * (j->gpu != nullptr ? j->gpu->size() : codec_->size());
+    const double workers = j->gpu != nullptr ? j->gpu->size() : codec_->size();
+    double codec_rate = rate.codec_bps * workers;
     if (const double agg = rate.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
-    j->credit += AdaptiveCompressedFraction(codec_rate, link, rate.ratio);
+    // GPU pools' raw chunks take the same workers (0, unknown, counts as free).
+    const double raw_rate = j->gpu != nullptr ? rate.raw_bps * workers : 0;
+    j->credit += AdaptiveCompressedFraction(codec_rate, link, rate.ratio, raw_rate);
     if (j->credit < 1) return false;
     j->credit -= 1;
     return true;
@@ -901,6 +944,28 @@ class Engine::Impl {
     const uint64_t key = j->key;
     const bool split = options_.split_send;
     const Job* job = j;  // likewise; only its immutable fields and wire_idle are read
+    if (j->dev_staging != nullptr) {  // direct: the chunk stays on the device
+      uint8_t* dev = DevSlot(*j, slot);
+      j->gpu->Post([this, segs, off, len, o, dev, key, slot, compress](gpu::ChunkWorker& w) {
+        const absl::Time t0 = absl::Now();
+        CodecDone d = StartDone(key, slot, compress, len);
+        const auto src = DeviceRanges(*segs, off, len);
+        if (compress) FinishEncode(w.EncodeInto(o, src, len, dev + second_off_), 0, dev, &d);
+        if (!d.encoded && d.status.ok()) {  // raw, or the chunk did not shrink
+          d.status = w.Gather(src, dev + kPayloadOffset);
+          d.payload = dev + kPayloadOffset;
+          d.len = len;
+        }
+        if (d.status.ok()) {
+          auto sum = w.Checksum(d.payload, d.len);
+          d.status = sum.status();
+          d.sum = sum.value_or(0);
+        }
+        d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+        PostCodecDone(std::move(d));
+      });
+      return;
+    }
     if (j->gpu != nullptr) {
       j->gpu->Post([this, segs, off, len, o, buf, key, slot, compress, split, job](gpu::ChunkWorker& w) {
         const absl::Time t0 = absl::Now();
@@ -1050,6 +1115,51 @@ class Engine::Impl {
     });
   }
 
+  // Direct: the same on a payload in device memory (`dev`, the device slot's
+  // payload area). A split chunk's tail (host, in the slot's header area) is
+  // joined around its raw plane first; the wire kvsum64 is checked on the GPU
+  // before anything reaches the destination.
+  void PostGpuWriteDirect(Job* j, int slot, uint64_t off, uint8_t* dev, const ChunkHeader& h, uint64_t raw_len,
+                          const uint8_t* tail, uint64_t tail_len) {
+    const SegmentList* segs = &j->segs;
+    const uint64_t key = j->key;
+    const bool encoded = (h.flags & transport::kChunkEncoded) != 0;
+    const uint64_t len = h.length, want = h.checksum, seq = h.seq;
+    j->gpu->Post([this, segs, off, dev, len, want, seq, raw_len, encoded, tail, tail_len, key,
+                  slot](gpu::ChunkWorker& w) {
+      const absl::Time t0 = absl::Now();
+      CodecDone d;
+      d.key = key;
+      d.slot = slot;
+      d.encoded = encoded;
+      d.written = true;
+      d.len = raw_len;
+      const uint8_t* payload = dev;
+      if (tail != nullptr) {  // as Accept's host join: header before the plane, the rest after it
+        d.status = w.CopyIn(tail, codec::kHeaderBytes, dev - codec::kHeaderBytes);
+        if (d.status.ok()) {
+          d.status = w.CopyIn(tail + codec::kHeaderBytes, tail_len - codec::kHeaderBytes,
+                              dev + (len - (tail_len - codec::kHeaderBytes) - codec::kHeaderBytes));
+        }
+        payload = dev - codec::kHeaderBytes;
+      }
+      if (d.status.ok()) {
+        auto sum = w.Checksum(payload, len);
+        d.status = sum.status();
+        if (sum.ok() && *sum != want) {
+          d.status = absl::DataLossError(
+              absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", seq, *sum, want));
+        }
+      }
+      if (d.status.ok()) {
+        const auto dst = DeviceRanges(*segs, off, raw_len);
+        d.status = encoded ? w.DecodeFrom(payload, len, dst, raw_len) : w.Scatter(payload, dst);
+      }
+      d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
+      PostCodecDone(std::move(d));
+    });
+  }
+
   void PostCodecDone(CodecDone d) {
     {
       MutexLock l(&codec_mu_);
@@ -1105,6 +1215,8 @@ class Engine::Impl {
         r.agg_bytes += d.raw_len;
         ++r.agg_count;
         if (--r.encodes == 0) r.agg_busy += absl::Now() - r.busy_since;
+      } else if (j->gpu != nullptr && d.status.ok()) {
+        codec_rates_[j->device].AddRaw(d.raw_len, d.ns);
       }
       --s.pending;  // the codec task; a split chunk's raw plane may still be in flight
       const uint32_t seq = s.seq;
@@ -1267,6 +1379,14 @@ class Engine::Impl {
       return absl::DataLossError(absl::StrFormat("chunk %d%s covers [%d, +%d), expected [%d, +%d)", h.seq,
                                                  encoded ? " (encoded)" : "", h.offset, h.length, off, raw_len));
     }
+    if (j->dev_staging != nullptr) {  // direct: the payload is in device memory; a GPU worker checks it
+      j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
+      MarkFirstPayload(j);
+      j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
+      PostGpuWriteDirect(j, slot, off, DevSlot(*j, slot) + kPayloadOffset, h, raw_len,
+                         split ? header + kChunkHeaderBytes : nullptr, split ? header_len - kChunkHeaderBytes : 0);
+      return true;
+    }
     if (split) {
       // Join the codec chunk: its header (the tail's first 64 bytes) goes just
       // before the raw plane, the rest of the tail right after it. Both fit:
@@ -1404,6 +1524,7 @@ class Engine::Impl {
     s.codec_ratio = cpu.ratio;
     s.gpu_devices = gpu_devices_.load(std::memory_order_relaxed);
     s.gpu_bytes_allocated = gpu_bytes_.load(std::memory_order_relaxed);
+    s.gpu_direct = gpu_direct_;
     MutexLock l(&mu_);
     stats_ = s;
   }
@@ -1442,6 +1563,12 @@ class Engine::Impl {
   std::vector<std::unique_ptr<gpu::PinnedRange>> pinned_ ABSL_GUARDED_BY(prepare_mu_);
   Mutex gpu_mu_;
   absl::flat_hash_map<int, std::unique_ptr<GpuPool>> gpus_ ABSL_GUARDED_BY(gpu_mu_);
+  // Direct staging per device (empty buffers unless gpu_direct_).
+  struct DirectStaging {
+    std::unique_ptr<gpu::DeviceBuffer> send, recv;
+  };
+  absl::flat_hash_map<int, DirectStaging> direct_ ABSL_GUARDED_BY(gpu_mu_);
+  bool gpu_direct_ = false;  // set in Init: options_.gpu_direct and the transport carries GPU memory
   std::atomic<uint32_t> gpu_devices_{0};
   std::atomic<uint64_t> gpu_bytes_{0};
   // Last member: its threads are joined first on destruction.

@@ -17,6 +17,10 @@
 //             work on its own stream: gather (or CUDA-encode) into the pinned
 //             staging slot, or, once the chunk is verified, copy (or
 //             CUDA-decode, verify, then copy) into the destination blocks.
+//             Direct (a transport that carries GPU memory): the slot is a
+//             device mirror of the host slot; the payload goes on the wire
+//             from it and arrives into it, its kvsum64 computed and checked
+//             on the GPU; headers stay in host memory.
 //   receiver: up to `window` receives posted into staging slots; on arrival:
 //             parse + validate header -> (split chunk: join raw plane and
 //             rest) -> verify the kvsum64 of the bytes as
@@ -63,7 +67,10 @@ struct CodecSpec {
 
 // Adaptive mode: the fraction of chunks to compress, given the codec's input
 // rate (all codec threads), the link's wire rate (both bytes/s) and the ratio.
-double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio);
+// raw_bps: the rate at which the same workers prepare raw chunks, where raw
+// chunks need them too (GPU pools: gather and checksum on the device); 0 when
+// raw chunks cost the codec nothing (host pools: the engine thread does them).
+double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio, double raw_bps = 0);
 
 // Progress and metrics of one job, written by the engine thread, read by anyone.
 struct TransferCounters {
@@ -115,6 +122,14 @@ struct EngineOptions {
   // the job's link is idle. Off by default: measured, it gained nothing on
   // the hosts at hand (docs/performance.md).
   bool split_send = false;
+  // GPU pools' chunks stay in device memory and go on the wire from there
+  // (gather/encode and receive/verify/decode on the GPU), where the
+  // transport carries GPU memory (a UCX with CUDA transports). Otherwise, or
+  // when false, they are staged through pinned host memory. Off by default:
+  // it pays where UCX moves GPU memory natively (cuda_ipc between GPUs of one
+  // host: 2.3x; GPUDirect RDMA), but UCX's own staging of GPU memory over TCP
+  // measured 7x slower than kvferry's (docs/performance.md).
+  bool gpu_direct = false;
 };
 
 struct EngineStats {
@@ -125,7 +140,8 @@ struct EngineStats {
   uint64_t staging_bytes_allocated = 0;
   uint32_t codec_threads = 0;
   uint32_t gpu_devices = 0;          // devices prepared for GPU pools
-  uint64_t gpu_bytes_allocated = 0;  // device memory of their workers
+  uint64_t gpu_bytes_allocated = 0;  // device memory of their workers (and direct staging)
+  bool gpu_direct = false;           // GPU pools' chunks go on the wire from device memory
   // Adaptive mode's current estimates for the CPU codec (0 until measured).
   double codec_mbps_per_thread = 0, codec_ratio = 0;
 };

@@ -62,7 +62,7 @@ class UcxEndpoint final : public Endpoint {
   UcxEndpoint(const UcxEndpoint&) = delete;
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
 
-  absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) override;
+  absl::Status SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie, bool device = false) override;
   absl::Status health() const override { return health_; }
   void SetFailed(ucs_status_t s) { health_ = FromUcsStatus(s, "ucx endpoint"); }
   void Abort() override;
@@ -113,7 +113,10 @@ class UcxTransport final : public Transport {
     return std::unique_ptr<Endpoint>(std::move(endpoint));
   }
 
-  absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie) override {
+  absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie, bool device = false) override {
+    if (device && !caps_.cuda_memory) {
+      return absl::FailedPreconditionError("this UCX has no CUDA transport: GPU memory cannot be received directly");
+    }
     auto* op = new OpCtx{this, cookie, 0};
     ucp_request_param_t param{};
     // Always complete through OnRecv: UCX 1.13 does not report the length of
@@ -121,6 +124,7 @@ class UcxTransport final : public Transport {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
                          UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.datatype = ucp_dt_make_contig(1);
+    SetMemoryType(device, &param);
     param.cb.recv = &UcxTransport::OnRecv;
     param.user_data = op;
     ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, capacity, tag, ~ucp_tag_t{0}, &param);
@@ -172,11 +176,12 @@ class UcxTransport final : public Transport {
   }
 
   // --- called by the endpoint / callbacks on the owner thread ---
-  absl::Status Send(ucp_ep_h ep, uint64_t tag, const void* buf, size_t len, uint64_t cookie) {
+  absl::Status Send(ucp_ep_h ep, uint64_t tag, const void* buf, size_t len, uint64_t cookie, bool device) {
     auto* op = new OpCtx{this, cookie, len};
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_contig(1);
+    SetMemoryType(device, &param);
     param.cb.send = &UcxTransport::OnSend;
     param.user_data = op;
     ucs_status_ptr_t req = ucp_tag_send_nbx(ep, buf, len, tag, &param);
@@ -221,6 +226,15 @@ class UcxTransport final : public Transport {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    // GPU memory on the wire needs a UCX built with CUDA transports (cuda_copy,
+    // cuda_ipc), and UCX_TLS allowing them.
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(context_, &attr) == UCS_OK) {
+      caps_.cuda_memory = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    }
+    KVF_LOG(info, "ucx", "UCX {}: GPU memory {}", ucp_get_version_string(),
+            caps_.cuda_memory ? "goes on the wire directly" : "needs host staging (no CUDA transport)");
     s = ucp_worker_create(context_, &wp, &worker_);
     if (s != UCS_OK) return FromUcsStatus(s, "ucp_worker_create");
 
@@ -239,6 +253,14 @@ class UcxTransport final : public Transport {
       }
     }
     return absl::OkStatus();
+  }
+
+  // GPU buffers are named as such: UCX then need not look the pointer up (its
+  // memory-type cache cannot see allocations made through a static CUDA runtime).
+  static void SetMemoryType(bool device, ucp_request_param_t* param) {
+    if (!device) return;
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param->memory_type = UCS_MEMORY_TYPE_CUDA;
   }
 
   static void OnSend(void* request, ucs_status_t status, void* user_data) {
@@ -280,9 +302,12 @@ void UcxEndpoint::Abort() {
   transport_->CloseEndpoint(std::exchange(ep_, nullptr));
 }
 
-absl::Status UcxEndpoint::SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie) {
+absl::Status UcxEndpoint::SubmitSend(uint64_t tag, const void* buf, size_t len, uint64_t cookie, bool device) {
   if (!health_.ok()) return health_;
-  return transport_->Send(ep_, tag, buf, len, cookie);
+  if (device && !transport_->capabilities().cuda_memory) {
+    return absl::FailedPreconditionError("this UCX has no CUDA transport: GPU memory cannot be sent directly");
+  }
+  return transport_->Send(ep_, tag, buf, len, cookie, device);
 }
 
 }  // namespace
