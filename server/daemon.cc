@@ -348,6 +348,8 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     spec.deadline = deadline;
     spec.counters = counters;
     spec.codec = CodecSpecFor(req.compression(), lease->pool->layout);
+    spec.peer_decode_bps = req.receiver_decode_bps();  // checked by the engine
+    spec.peer_raw_bps = req.receiver_raw_bps();
     const char* mode = pipeline::CompressionName(spec.codec.mode);
     // The callback holds the lease (and so the pool) until the job has ended.
     spec.done = [this, lease, counters, resp, reactor, id, t0, mode](absl::Status s) {
@@ -477,6 +479,9 @@ class Daemon::Impl final : public v1::Control::Service, public v1::Peer::Callbac
     call->req.set_chunk_bytes(engine_->options().chunk_bytes);
     call->req.set_transport(engine_->capabilities().name);
     call->req.set_compression(CompressionToProto(compression));
+    const auto rates = engine_->receive_rates(pool->device);  // for the sender's adaptive mode
+    call->req.set_receiver_decode_bps(rates.decode_bps);
+    call->req.set_receiver_raw_bps(rates.raw_bps);
     transfers_.SetCancelPeer(id, [call] { call->ctx.TryCancel(); });
     {
       MutexLock l(&calls_mu_);

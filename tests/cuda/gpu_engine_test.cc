@@ -143,6 +143,9 @@ TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
     EXPECT_EQ(ts.send_slots_free, ts.send_slots);
     EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
     EXPECT_EQ(ts.gpu_devices, 1u);
+    // The receiver measured its GPU workers on encoded and raw chunks.
+    EXPECT_GT(rx->receive_rates(devices_ - 1).decode_bps, 0.0);
+    EXPECT_GT(rx->receive_rates(devices_ - 1).raw_bps, 0.0);
   }
 }
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <cmath>
 #include <future>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -282,6 +284,11 @@ TEST_P(EngineTest, CompressedAndAdaptiveTransfersAreBitExact) {
   EXPECT_EQ(ts.send_slots_free, ts.send_slots);
   EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
   EXPECT_GT(ts.codec_ratio, 1.2);
+  // The receiver measured its decoders (what it tells senders with a pull);
+  // host memory's raw chunks take no codec thread. The sender decoded nothing.
+  EXPECT_GT(rx->receive_rates(-1).decode_bps, 0.0);
+  EXPECT_EQ(rx->receive_rates(-1).raw_bps, 0.0);
+  EXPECT_EQ(tx->receive_rates(-1).decode_bps, 0.0);
 }
 
 TEST_P(EngineTest, IncompressibleChunksGoRaw) {
@@ -513,35 +520,70 @@ TEST_P(EngineTest, CancelMidPipelineReleasesEveryStagingSlot) {
   CancelMidTransferAndCheckSlots(*tx, *rx, 601, *rc, sr, rr);
 }
 
+double Fraction(double encode, double link, double ratio, double raw = 0, double decode = 0, double recv_raw = 0) {
+  AdaptiveRates r;
+  r.encode_bps = encode;
+  r.link_bps = link;
+  r.ratio = ratio;
+  r.raw_bps = raw;
+  r.decode_bps = decode;
+  r.recv_raw_bps = recv_raw;
+  return AdaptiveCompressedFraction(r);
+}
+
 TEST(Adaptive, CompressesTheFractionThatBalancesCodecAndLink) {
   // Codec far faster than the link: compress everything.
-  EXPECT_DOUBLE_EQ(AdaptiveCompressedFraction(10e9, 0.1e9, 1.4), 1.0);
+  EXPECT_DOUBLE_EQ(Fraction(10e9, 0.1e9, 1.4), 1.0);
   // Codec far slower than the link: nothing.
-  EXPECT_EQ(AdaptiveCompressedFraction(0.1e9, 10e9, 1.4), 0.0);
+  EXPECT_EQ(Fraction(0.1e9, 10e9, 1.4), 0.0);
   // Data that does not shrink: nothing.
-  EXPECT_EQ(AdaptiveCompressedFraction(10e9, 0.1e9, 1.0), 0.0);
+  EXPECT_EQ(Fraction(10e9, 0.1e9, 1.0), 0.0);
   // Codec as fast as the link at ratio 1.4: f = 1 / (2 - 1 / 1.4), and both
   // resources then take the same time per byte.
   const double c = 1e9, l = 1e9, r = 1.4;
-  const double f = AdaptiveCompressedFraction(c, l, r);
+  const double f = Fraction(c, l, r);
   EXPECT_NEAR(f, 1 / (2 - 1 / r), 1e-12);
   EXPECT_NEAR(f / c, (f / r + 1 - f) / l, 1e-18);
   // A small predicted gain (a 2-thread CPU codec next to a fast loopback link)
   // is not worth it.
-  EXPECT_EQ(AdaptiveCompressedFraction(1.4e9, 3.6e9, 1.45), 0.0);
+  EXPECT_EQ(Fraction(1.4e9, 3.6e9, 1.45), 0.0);
   // Garbage estimates do not produce NaN.
-  EXPECT_GE(AdaptiveCompressedFraction(0, 0, 0), 0.0);
+  EXPECT_GE(Fraction(0, 0, 0), 0.0);
+  EXPECT_GE(Fraction(1e9, 1e9, 1.4, std::nan(""), -1, std::numeric_limits<double>::infinity()), 0.0);
   // Raw chunks that cost the workers nothing: the same as no raw rate.
-  EXPECT_DOUBLE_EQ(AdaptiveCompressedFraction(c, l, r, 1e30), f);
+  EXPECT_NEAR(Fraction(c, l, r, 1e30), f, 1e-12);
+}
+
+TEST(Adaptive, CountsRawChunksOnSharedWorkers) {
   // Workers that already limit raw chunks (a GPU link faster than gather and
   // checksum): compressing would only slow them down.
-  EXPECT_EQ(AdaptiveCompressedFraction(8e9, 7e9, 1.45, 6e9), 0.0);
+  EXPECT_EQ(Fraction(5e9, 7e9, 1.45, 6e9), 0.0);
   // Raw chunks cost the workers a little: compress less than if they were
   // free, and balance workers and link.
-  const double g = AdaptiveCompressedFraction(1e9, 1e9, 1.45, 20e9);
+  const double g = Fraction(1e9, 1e9, 1.45, 20e9);
   EXPECT_GT(g, 0.0);
-  EXPECT_LT(g, AdaptiveCompressedFraction(1e9, 1e9, 1.45));
+  EXPECT_LT(g, Fraction(1e9, 1e9, 1.45));
   EXPECT_NEAR(g / 1e9 + (1 - g) / 20e9, (g / 1.45 + 1 - g) / 1e9, 1e-18);
+}
+
+TEST(Adaptive, LetsASlowReceiverLimitCompression) {
+  // An encoder far faster than the link alone would compress everything.
+  EXPECT_DOUBLE_EQ(Fraction(10e9, 1e9, 1.45), 1.0);
+  // A receiver that decodes at 1.2x the link's rate: balance its decoder with
+  // the link instead.
+  const double e = Fraction(10e9, 1e9, 1.45, 0, 1.2e9);
+  EXPECT_GT(e, 0.0);
+  EXPECT_LT(e, 1.0);
+  EXPECT_NEAR(e / 1.2e9, (e / 1.45 + 1 - e) / 1e9, 1e-18);
+  // The receiver's raw writes share its workers too (GPU pools): less.
+  const double g = Fraction(10e9, 1e9, 1.45, 0, 1.2e9, 10e9);
+  EXPECT_LT(g, e);
+  EXPECT_NEAR(g / 1.2e9 + (1 - g) / 10e9, (g / 1.45 + 1 - g) / 1e9, 1e-18);
+  // A receiver that decodes at half the link's rate: the best mix gains less
+  // than the margin, so nothing is compressed.
+  EXPECT_EQ(Fraction(10e9, 1e9, 1.45, 0, 0.4e9), 0.0);
+  // A receiver whose raw writes already limit it gains nothing from compression.
+  EXPECT_EQ(Fraction(10e9, 7e9, 1.45, 0, 5e9, 6e9), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTest, ::testing::Values("loopback", "ucx"),

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -196,6 +197,35 @@ struct CodecRate {
   }
 };
 
+// One kind of receive task (decode, or a GPU pool's raw write): its rate per
+// task, and over all workers together (bytes over the time any ran).
+struct TaskRate {
+  double per_task_bps = 0;
+  uint32_t running = 0;
+  absl::Time busy_since;
+  absl::Duration busy;
+  uint64_t bytes = 0;
+  uint32_t count = 0;
+
+  void Start() {
+    if (running++ == 0) busy_since = absl::Now();
+  }
+  void Done(uint64_t b, uint64_t ns, bool ok) {
+    if (running > 0 && --running == 0) busy += absl::Now() - busy_since;
+    if (!ok || ns == 0) return;
+    const double rate = b * 1e9 / ns;
+    per_task_bps = per_task_bps == 0 ? rate : 0.8 * per_task_bps + 0.2 * rate;
+    bytes += b;
+    ++count;
+  }
+  double Total(double workers) const {
+    double t = per_task_bps * workers;
+    const double secs = absl::ToDoubleSeconds(busy);
+    if (count >= 2 && secs > 0) t = std::min(t, bytes / secs);
+    return t;
+  }
+};
+
 // Where a job's codec work runs.
 constexpr int kCpu = -1;
 
@@ -228,6 +258,7 @@ struct Job {
   uint64_t wire_done = 0;
   uint32_t sends_done = 0;
   double credit = 0;           // adaptive: compressed chunks owed
+  double peer_decode_bps = 0, peer_raw_bps = 0;  // send, adaptive: the receiver's rates (0: unknown)
   bool probe_pending = false;  // adaptive: a probe chunk is being encoded
   bool stalled = false;        // counted a stall since the last chunk started
   absl::Time failed_at = absl::InfiniteFuture();
@@ -290,6 +321,9 @@ struct CodecDone {
   // chunk's header and what follows its raw plane) is in the slot.
   bool lead = false, split = false;
   uint64_t header_len = 0;
+  // Receive: the task is measured for Engine::receive_rates (memory on `device`).
+  bool metered = false;
+  int device = -1;
 };
 
 }  // namespace
@@ -306,18 +340,40 @@ const char* CompressionName(Compression c) {
   return "?";
 }
 
-double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio, double raw_bps) {
-  if (!(ratio > 1.0) || !(codec_bps > 0) || !(link_bps > 0)) return 0;
-  // Per byte, with a fraction f compressed: the workers take f / codec +
-  // (1 - f) / raw, the link (1 - f + f / ratio) / link. The best f makes the
-  // two equal; none pays when the workers are the bottleneck already.
-  const double c = 1 / codec_bps, l = 1 / link_bps, r = raw_bps > 0 ? 1 / raw_bps : 0;
-  const double f = std::clamp((l - r) / (c - r + l - l / ratio), 0.0, 1.0);
-  // The model ignores what the window, CPU contention and the receiver's
-  // decode cost: compress only where it promises a clear gain.
-  const double per_byte = std::max(f * c + (1 - f) * r, (f / ratio + 1 - f) * l);
-  if (!(f > 0) || std::max(l, r) / per_byte < kMinAdaptiveGain) return 0;
-  return f;
+double AdaptiveCompressedFraction(const AdaptiveRates& r) {
+  if (!(r.ratio > 1.0) || !(r.encode_bps > 0) || !(r.link_bps > 0)) return 0;
+  auto inv = [](double bps) { return bps > 0 && std::isfinite(bps) ? 1 / bps : 0.0; };
+  // Time per byte of each resource: a + b f.
+  struct Line {
+    double a, b;
+  };
+  std::vector<Line> lines = {{inv(r.raw_bps), inv(r.encode_bps) - inv(r.raw_bps)},
+                             {inv(r.link_bps), -(1 - 1 / r.ratio) * inv(r.link_bps)}};
+  if (r.decode_bps > 0) lines.push_back({inv(r.recv_raw_bps), inv(r.decode_bps) - inv(r.recv_raw_bps)});
+  auto slowest = [&](double f) {
+    double t = 0;
+    for (const Line& l : lines) t = std::max(t, l.a + l.b * f);
+    return t;
+  };
+  // The largest of lines is convex and piecewise linear: its minimum over
+  // [0, 1] is at an end or where two lines cross.
+  std::vector<double> candidates = {0, 1};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    for (size_t j = i + 1; j < lines.size(); ++j) {
+      const double db = lines[i].b - lines[j].b;
+      if (db == 0) continue;
+      const double f = (lines[j].a - lines[i].a) / db;
+      if (f > 0 && f < 1) candidates.push_back(f);
+    }
+  }
+  double best = 0;
+  for (double f : candidates) {
+    if (slowest(f) < slowest(best)) best = f;
+  }
+  // The model ignores the window and CPU contention: compress only where it
+  // promises a clear gain.
+  if (!(best > 0) || slowest(0) / slowest(best) < kMinAdaptiveGain) return 0;
+  return best;
 }
 
 absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
@@ -404,7 +460,7 @@ class Engine::Impl {
 
   absl::Status Start(Direction dir, uint64_t id, SegmentList segs, uint64_t chunk_bytes, absl::Time deadline,
                      std::shared_ptr<TransferCounters> counters, DoneCallback done, std::string peer,
-                     CodecSpec codec_spec, int device) {
+                     CodecSpec codec_spec, int device, double peer_decode_bps = 0, double peer_raw_bps = 0) {
     auto st = Validate(id, segs, chunk_bytes, done);
     if (!st.ok()) return st;
     GpuPool* gpu = nullptr;
@@ -437,6 +493,9 @@ class Engine::Impl {
     job->codec = codec_spec;
     job->device = device;
     job->gpu = gpu;
+    auto usable = [](double bps) { return bps > 0 && std::isfinite(bps) ? bps : 0.0; };  // from a peer: untrusted
+    job->peer_decode_bps = usable(peer_decode_bps);
+    job->peer_raw_bps = usable(peer_raw_bps);
     if (gpu != nullptr && gpu_direct_) {
       MutexLock l(&gpu_mu_);
       const DirectStaging& d = direct_.at(device);
@@ -512,6 +571,12 @@ class Engine::Impl {
       posted_.store(true, std::memory_order_release);
     }
     transport_->Wake();
+  }
+
+  Engine::ReceiveRates receive_rates(int device) const {
+    MutexLock l(&rates_mu_);
+    auto it = recv_rates_.find(device);
+    return it == recv_rates_.end() ? Engine::ReceiveRates{} : it->second;
   }
 
   EngineStats stats() const {
@@ -914,9 +979,15 @@ class Engine::Impl {
     const double workers = j->gpu != nullptr ? j->gpu->size() : codec_->size();
     double codec_rate = rate.codec_bps * workers;
     if (const double agg = rate.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
+    AdaptiveRates a;
+    a.encode_bps = codec_rate;
+    a.link_bps = link;
+    a.ratio = rate.ratio;
     // GPU pools' raw chunks take the same workers (0, unknown, counts as free).
-    const double raw_rate = j->gpu != nullptr ? rate.raw_bps * workers : 0;
-    j->credit += AdaptiveCompressedFraction(codec_rate, link, rate.ratio, raw_rate);
+    a.raw_bps = j->gpu != nullptr ? rate.raw_bps * workers : 0;
+    a.decode_bps = j->peer_decode_bps;
+    a.recv_raw_bps = j->peer_raw_bps;
+    j->credit += AdaptiveCompressedFraction(a);
     if (j->credit < 1) return false;
     j->credit -= 1;
     return true;
@@ -1076,12 +1147,15 @@ class Engine::Impl {
   void PostDecode(Job* j, int slot, const uint8_t* payload, uint64_t len, uint64_t raw_len) {
     uint8_t* out = recv_pool_.ptr(slot) + second_off_;
     const uint64_t key = j->key;
+    MeterStart(kCpu, true);
     codec_->Post([this, payload, len, raw_len, out, key, slot](CpuWorker&) {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;
       d.slot = slot;
       d.encoded = true;
+      d.metered = true;
+      d.device = kCpu;
       auto n = codec::Decode(payload, len, out, raw_len, 1);
       if (!n.ok()) {
         d.status = n.status();
@@ -1100,13 +1174,17 @@ class Engine::Impl {
                     bool encoded) {
     const SegmentList* segs = &j->segs;
     const uint64_t key = j->key;
-    j->gpu->Post([this, segs, off, payload, len, raw_len, encoded, key, slot](gpu::ChunkWorker& w) {
+    const int device = j->device;
+    MeterStart(device, encoded);
+    j->gpu->Post([this, segs, off, payload, len, raw_len, encoded, key, slot, device](gpu::ChunkWorker& w) {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;
       d.slot = slot;
       d.encoded = encoded;
       d.written = true;
+      d.metered = true;
+      d.device = device;
       d.len = raw_len;
       const auto dst = DeviceRanges(*segs, off, raw_len);
       d.status = encoded ? w.Decode(payload, len, dst, raw_len) : w.FromHost(payload, dst);
@@ -1125,14 +1203,18 @@ class Engine::Impl {
     const uint64_t key = j->key;
     const bool encoded = (h.flags & transport::kChunkEncoded) != 0;
     const uint64_t len = h.length, want = h.checksum, seq = h.seq;
-    j->gpu->Post([this, segs, off, dev, len, want, seq, raw_len, encoded, tail, tail_len, key,
-                  slot](gpu::ChunkWorker& w) {
+    const int device = j->device;
+    MeterStart(device, encoded);
+    j->gpu->Post([this, segs, off, dev, len, want, seq, raw_len, encoded, tail, tail_len, key, slot,
+                  device](gpu::ChunkWorker& w) {
       const absl::Time t0 = absl::Now();
       CodecDone d;
       d.key = key;
       d.slot = slot;
       d.encoded = encoded;
       d.written = true;
+      d.metered = true;
+      d.device = device;
       d.len = raw_len;
       const uint8_t* payload = dev;
       if (tail != nullptr) {  // as Accept's host join: header before the plane, the rest after it
@@ -1158,6 +1240,22 @@ class Engine::Impl {
       d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
       PostCodecDone(std::move(d));
     });
+  }
+
+  // Receive-task rates (engine thread), published for receive_rates().
+  void MeterStart(int device, bool encoded) {
+    RecvMeters& m = recv_meters_[device];
+    (encoded ? m.decode : m.raw).Start();
+  }
+  void MeterDone(const CodecDone& d) {
+    RecvMeters& m = recv_meters_[d.device];
+    (d.encoded ? m.decode : m.raw).Done(d.len, d.ns, d.status.ok());
+    const double workers = d.device == kCpu ? (codec_ ? codec_->size() : 0) : options_.gpu_workers;
+    Engine::ReceiveRates r;
+    r.decode_bps = m.decode.Total(workers);
+    r.raw_bps = d.device == kCpu ? 0 : m.raw.Total(workers);  // host pools: raw chunks take no codec thread
+    MutexLock l(&rates_mu_);
+    recv_rates_[d.device] = r;
   }
 
   void PostCodecDone(CodecDone d) {
@@ -1197,6 +1295,7 @@ class Engine::Impl {
       OnLead(d);
       return;
     }
+    if (d.metered) MeterDone(d);
     --in_codec_;
     auto it = jobs_.find(d.key);
     if (it == jobs_.end()) return;  // cannot happen: jobs wait for their slots
@@ -1568,6 +1667,14 @@ class Engine::Impl {
     std::unique_ptr<gpu::DeviceBuffer> send, recv;
   };
   absl::flat_hash_map<int, DirectStaging> direct_ ABSL_GUARDED_BY(gpu_mu_);
+  // Receive-task rates per memory kind (kCpu or a device): measured on the
+  // engine thread, published under rates_mu_.
+  struct RecvMeters {
+    TaskRate decode, raw;
+  };
+  absl::flat_hash_map<int, RecvMeters> recv_meters_;
+  mutable Mutex rates_mu_;
+  absl::flat_hash_map<int, Engine::ReceiveRates> recv_rates_ ABSL_GUARDED_BY(rates_mu_);
   bool gpu_direct_ = false;  // set in Init: options_.gpu_direct and the transport carries GPU memory
   std::atomic<uint32_t> gpu_devices_{0};
   std::atomic<uint64_t> gpu_bytes_{0};
@@ -1593,7 +1700,8 @@ const EngineOptions& Engine::options() const { return impl_->options(); }
 
 absl::Status Engine::StartSend(SendSpec s) {
   return impl_->Start(Direction::kSend, s.transfer_id, std::move(s.source), s.chunk_bytes, s.deadline,
-                      std::move(s.counters), std::move(s.done), std::move(s.peer_address), s.codec, s.device);
+                      std::move(s.counters), std::move(s.done), std::move(s.peer_address), s.codec, s.device,
+                      s.peer_decode_bps, s.peer_raw_bps);
 }
 
 absl::Status Engine::StartRecv(RecvSpec s) {
@@ -1607,6 +1715,7 @@ void Engine::Cancel(Direction dir, uint64_t transfer_id, absl::Status reason) {
 
 absl::Status Engine::PrepareDevice(int device) { return impl_->PrepareDevice(device); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+Engine::ReceiveRates Engine::receive_rates(int device) const { return impl_->receive_rates(device); }
 void Engine::Shutdown() { impl_->Shutdown(); }
 
 }  // namespace kvferry::pipeline

@@ -65,12 +65,24 @@ struct CodecSpec {
   codec::Layout layout;  // channel hint for the KV-aware mode
 };
 
-// Adaptive mode: the fraction of chunks to compress, given the codec's input
-// rate (all codec threads), the link's wire rate (both bytes/s) and the ratio.
-// raw_bps: the rate at which the same workers prepare raw chunks, where raw
-// chunks need them too (GPU pools: gather and checksum on the device); 0 when
-// raw chunks cost the codec nothing (host pools: the engine thread does them).
-double AdaptiveCompressedFraction(double codec_bps, double link_bps, double ratio, double raw_bps = 0);
+// What adaptive mode weighs, in bytes/s of chunk payload (0: unknown or free).
+struct AdaptiveRates {
+  double encode_bps = 0;  // the sender's codec workers together
+  double link_bps = 0;    // the link's wire rate
+  double ratio = 0;       // raw / encoded bytes
+  // The sender's workers on raw chunks, where raw chunks need them too (GPU
+  // pools: gather and checksum on the device); 0 when they cost the codec
+  // nothing (host pools: the engine thread does them).
+  double raw_bps = 0;
+  // The receiver's workers: decoding, and raw chunks where they need them.
+  double decode_bps = 0, recv_raw_bps = 0;
+};
+
+// Adaptive mode: the fraction of chunks to compress. Each resource takes a
+// time per byte that is linear in the fraction f (sender and receiver
+// workers: f / codec + (1 - f) / raw; link: (1 - f + f / ratio) / link); the
+// fraction minimises the largest, and is 0 unless it beats f = 0 clearly.
+double AdaptiveCompressedFraction(const AdaptiveRates& r);
 
 // Progress and metrics of one job, written by the engine thread, read by anyone.
 struct TransferCounters {
@@ -98,6 +110,9 @@ struct SendSpec {
   CodecSpec codec;
   // >= 0: `source` is device memory on this CUDA device (PrepareDevice first).
   int device = -1;
+  // The receiver's rates (Engine::ReceiveRates on its side; 0: unknown), for
+  // adaptive mode.
+  double peer_decode_bps = 0, peer_raw_bps = 0;
 };
 
 struct RecvSpec {
@@ -172,6 +187,15 @@ class Engine {
   void Cancel(Direction dir, uint64_t transfer_id, absl::Status reason);
 
   EngineStats stats() const;
+
+  // This engine's measured receive rates for memory on `device` (-1: host), in
+  // bytes/s over its workers together (0: not measured yet): decoding encoded
+  // chunks, and writing raw ones where that takes the same workers (GPU pools).
+  // Sent to senders with a pull, for their adaptive mode.
+  struct ReceiveRates {
+    double decode_bps = 0, raw_bps = 0;
+  };
+  ReceiveRates receive_rates(int device) const;
 
   // Ends every job (CANCELLED: "daemon shutting down"), waits for their
   // callbacks and stops the engine thread; later Start* calls fail. Idempotent.
