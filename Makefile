@@ -4,7 +4,7 @@
 BAZEL ?= bazel
 FUZZ_SECONDS ?= 15
 
-.PHONY: all deps build demo test fuzz bench static format clean
+.PHONY: all deps build demo test fuzz bench static static-ucx-cuda format clean
 
 all: build
 
@@ -34,6 +34,11 @@ bench: build
 # Binaries that need only libc (and the NVIDIA driver), in out/static/.
 static: deps
 	tools/build_static.sh
+
+# The same with UCX shared, and PyPI's UCX with CUDA transports beside them in
+# out/static-ucx-cuda/ucx/ (GPU pools straight from GPU memory: --gpu_direct).
+static-ucx-cuda: deps
+	tools/build_static.sh ucx-cuda
 
 format:
 	find . -path ./bazel-\* -prune -o \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \) -print | xargs clang-format -i
