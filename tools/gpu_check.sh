@@ -2,9 +2,13 @@
 # Runs on a GPU host from the repo root with the binaries of tools/build_static.sh
 # in out/static/ (or $BIN): checks CUDA output against the CPU reference, the
 # GPU-pool data path, the demo and benchmarks, and prints what it measured.
-#   tools/gpu_check.sh [RESULT_DIR] [all|codec|pipeline|split]
+#   tools/gpu_check.sh [RESULT_DIR] [all|codec|pipeline|split|direct]
 # split: GPU pools, compressed, split-send on vs off side by side (alternating
 # runs), over TCP loopback and, where `ip` and `tc` exist, a 25 Gbit/s link.
+# direct: GPU pools straight from GPU memory (--gpu_direct) with the binaries
+# of `tools/build_static.sh ucx-cuda` ($DIRECT_BIN, default
+# out/static-ucx-cuda, with their ucx/), tests then a bench alternating with
+# the staged binaries of $BIN. Not part of `all`.
 set -uo pipefail
 B="$(cd "${BIN:-out/static}" && pwd)"
 R="${1:-out/gpu}"
@@ -68,6 +72,31 @@ if [ "$WHAT" = all ] || [ "$WHAT" = split ]; then
           --json="$R/split-${link:-loopback}-$split-$round.json"
       done
     done
+  done
+fi
+if [ "$WHAT" = direct ]; then
+  D="$(cd "${DIRECT_BIN:-out/static-ucx-cuda}" && pwd)"
+  cuda_tls=tcp,cuda_copy,cuda_ipc,self,sm
+  direct() { LD_LIBRARY_PATH="$D/ucx/libucx/lib" UCX_TLS=$cuda_tls "$@"; }
+  step "direct: gpu_engine_test, the UCX cases must run direct (UCX_TLS=$cuda_tls)"
+  direct env KVFERRY_EXPECT_GPU_DIRECT=1 $D/gpu_engine_test || { echo "FAILED: direct gpu_engine_test"; status=1; }
+  if command -v compute-sanitizer >/dev/null; then
+    step "direct: the same under compute-sanitizer (memory errors; UCX's own CUDA API probes are not reported)"
+    direct compute-sanitizer --report-api-errors no --error-exitcode=1 $D/gpu_engine_test --gtest_filter='*ucx' ||
+      { echo "FAILED: sanitized direct gpu_engine_test"; status=1; }
+  fi
+  step "direct: gpu_pool_test, two kvferryd processes with --gpu_direct"
+  work="$(mktemp -d)"
+  mkdir -p "$work/server" && cp "$D/kvferryd" "$work/server/kvferryd"
+  (cd "$work" && direct env KVFERRY_TEST_DAEMON_FLAGS=--gpu_direct KVFERRY_EXPECT_GPU_DIRECT=1 TEST_TMPDIR="$work" \
+    $D/gpu_pool_test) || { echo "FAILED: direct gpu_pool_test"; status=1; }
+  for round in 1 2; do
+    step "direct: bench GPU pools, direct, round $round"
+    direct $D/kvferry bench --kvferryd=$D/kvferryd --memory=gpu --sizes=${DIRECT_SIZES:-64M,256M,1G} --perftest= \
+      --rounds=1 --kv_dir="${KV_DIR:-kv}" --daemon_flags=--gpu_direct=true --json="$R/direct-$round.json" || status=1
+    step "direct: bench GPU pools, staged ($B, UCX_TLS=$UCX_TLS), round $round"
+    run $B/kvferry bench --kvferryd=$B/kvferryd --memory=gpu --sizes=${DIRECT_SIZES:-64M,256M,1G} --perftest= \
+      --rounds=1 --kv_dir="${KV_DIR:-kv}" --json="$R/staged-$round.json"
   done
 fi
 echo
