@@ -127,7 +127,9 @@ TEST_P(GpuEngineTest, DeviceTransfersAreBitExactInEveryMode) {
         EXPECT_TRUE(dst.Get() == data) << what << ": destination differs from the source";
         EXPECT_EQ(rc->bytes_done.load(), total) << what;
         EXPECT_EQ(rc->chunks_encoded.load(), sc->chunks_encoded.load()) << what;
-        if (mode == Compression::kRaw) EXPECT_EQ(sc->chunks_encoded.load(), 0u) << what;
+        if (mode == Compression::kRaw) {
+          EXPECT_EQ(sc->chunks_encoded.load(), 0u) << what;
+        }
         if (mode == Compression::kCompressed) {
           EXPECT_EQ(sc->chunks_encoded.load(), sc->chunks_total.load()) << what;
           EXPECT_LT(sc->wire_bytes.load() * 1.2, total) << what;
@@ -266,7 +268,9 @@ TEST_P(GpuEngineTest, CancelMidPipelineReleasesEveryStagingSlot) {
 TEST_P(GpuEngineTest, GpuDirectFollowsTheTransport) {
   auto on = NewEngine(SmallChunks(), {0});
   const bool can = on->capabilities().cuda_memory;
-  if (GetParam() == "loopback") EXPECT_FALSE(can);
+  if (GetParam() == "loopback") {
+    EXPECT_FALSE(can);
+  }
   if (GetParam() == "ucx" && std::getenv("KVFERRY_EXPECT_GPU_DIRECT") != nullptr) {
     EXPECT_TRUE(can) << "this UCX does not carry GPU memory (CUDA transports missing or not in UCX_TLS)";
   }

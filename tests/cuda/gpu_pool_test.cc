@@ -118,7 +118,9 @@ class GpuPoolTest : public ::testing::Test {
                                                         << prefill_->LogTail() << decode_->LogTail();
       EXPECT_TRUE(SameBlocks(src.g, data, from, dst.Get(), to)) << m;
       EXPECT_EQ(last->bytes_done(), from.size() * src.g.layers * src.g.planes * src.g.segment_bytes) << m;
-      if (mode == v1::COMPRESSION_RAW) EXPECT_EQ(last->chunks_encoded(), 0u) << m;
+      if (mode == v1::COMPRESSION_RAW) {
+        EXPECT_EQ(last->chunks_encoded(), 0u) << m;
+      }
       if (mode == v1::COMPRESSION_COMPRESSED) {
         EXPECT_EQ(last->chunks_encoded(), last->chunks_total()) << m;
         EXPECT_LT(last->wire_bytes() * 1.2, last->bytes_done()) << m;
@@ -149,7 +151,9 @@ TEST_F(GpuPoolTest, PullsBetweenPoolsOnOneGpuAreBitExact) {
   EXPECT_GE(st->gpu_bytes(), 4u * 2 * (1u << 20));
   // A run that asks the daemons for direct transfers (--gpu_direct, a UCX with
   // CUDA transports) sets KVFERRY_EXPECT_GPU_DIRECT=1: they must be on.
-  if (getenv("KVFERRY_EXPECT_GPU_DIRECT") != nullptr) EXPECT_TRUE(st->gpu_direct());
+  if (getenv("KVFERRY_EXPECT_GPU_DIRECT") != nullptr) {
+    EXPECT_TRUE(st->gpu_direct());
+  }
   PullEveryMode(src, dst, "GPU 0 -> GPU 0");
 }
 

@@ -1359,6 +1359,7 @@ class Engine::Impl {
     absl::Status st = d.status;
     if (st.ok() && j->ending) st = j->result;
     if (st.ok()) {
+      if (j->dev_staging != nullptr) MarkFirstPayload(j);  // direct: verified on the GPU just now
       if (!d.written) j->segs.Scatter(static_cast<uint64_t>(seq) * j->chunk_bytes, d.len, p.ptr(d.slot) + second_off_);
       j->received[seq] = true;
       if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
@@ -1480,7 +1481,6 @@ class Engine::Impl {
     }
     if (j->dev_staging != nullptr) {  // direct: the payload is in device memory; a GPU worker checks it
       j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
-      MarkFirstPayload(j);
       j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
       PostGpuWriteDirect(j, slot, off, DevSlot(*j, slot) + kPayloadOffset, h, raw_len,
                          split ? header + kChunkHeaderBytes : nullptr, split ? header_len - kChunkHeaderBytes : 0);
