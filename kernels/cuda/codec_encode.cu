@@ -784,7 +784,10 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   // computed by the very function the CPU planner calls.
   std::vector<uint32_t> log2q16(kM + 1, 0);
   for (uint32_t f = 1; f <= kM; ++f) log2q16[f] = plan::Log2Q16(f);
-  if (cudaMemcpy(e->workspace_, log2q16.data(), log2q16.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+  // From pageable memory cudaMemcpy may return before the data has landed, and
+  // callers' streams need not wait for the legacy stream: wait for it here.
+  if (cudaMemcpy(e->workspace_, log2q16.data(), log2q16.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaStreamSynchronize(0) != cudaSuccess) {
     return absl::InternalError("cannot initialise the encoder workspace");
   }
   return e;

@@ -423,6 +423,33 @@ TEST_P(EngineTest, SplitChunksAreJoinedAndVerified) {
   EXPECT_EQ(st.recv_slots_free, st.recv_slots);
 }
 
+// A chunk sent twice fails the transfer, also when its second copy arrives
+// while the first is still with a codec thread: counted twice, it would end
+// the transfer "complete" with another chunk never received.
+TEST_P(EngineTest, DuplicateChunksFailTheTransferEvenWhileTheFirstIsDecoding) {
+  auto rx = NewEngine(EngineOptions{64 << 10, 4 << 20, 4});
+  const auto raw = testing::KvLike(codec::DType::kBF16, 2048, 64, 2);  // 4096 bytes
+  std::vector<uint8_t> enc(codec::MaxEncodedBytes(raw.size()));
+  enc.resize(codec::Encode(codec::EncodeOptions{}, raw.data(), raw.size(), enc.data(), enc.size()).value());
+  ASSERT_LT(enc.size(), raw.size());
+  for (uint64_t id : {450, 451, 452}) {  // a few times: the second copy meets the first at different stages
+    std::vector<uint8_t> dst(8192, 0);
+    Result r;
+    ASSERT_TRUE(rx->StartRecv({id, SegmentList({{dst.data(), dst.size()}}), 4096, absl::Now() + absl::Seconds(10),
+                               nullptr, r.cb()})
+                    .ok());
+    RawSender tx(NewTransport(), rx->address());
+    const auto header = Header({id, 0, 2, 0, enc.size(), Kvsum64(enc.data(), enc.size()), transport::kChunkEncoded});
+    tx.Send(id, header, enc);
+    tx.Send(id, header, enc);
+    const absl::Status st = r.Get();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find("duplicate chunk 0"), absl::string_view::npos) << st;
+  }
+  auto st = rx->stats();
+  EXPECT_EQ(st.recv_slots_free, st.recv_slots);
+}
+
 // Encoded chunks are checked twice: the kvsum64 of the bytes as sent before
 // anything is decoded, and the codec's own kvsum64 of the decoded bytes
 // before anything is written. Either failing fails the transfer with

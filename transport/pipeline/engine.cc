@@ -162,23 +162,41 @@ std::vector<gpu::DeviceRange> DeviceRanges(const SegmentList& segs, uint64_t off
 // sharing cores with the engine, the receiver's decode) outweigh it, so f is
 // 0. C and R older than 10 s are measured again by one probe chunk.
 // One codec (the CPU's, or one GPU's); the link estimates are per peer.
+// A pool of `workers` on one kind of task, measured only while every worker
+// has such a task (tasks posted count from posting): bytes finished over that
+// time. A pool that is seldom full says nothing of its capacity, only that
+// the work came slowly. Lower than the per-task rate x workers when the
+// workers share cores or a GPU with other work.
+struct PoolRate {
+  uint32_t running = 0;
+  absl::Time full_since;
+  absl::Duration full;
+  uint64_t bytes = 0;
+  uint32_t count = 0;
+
+  void Start(uint32_t workers) {
+    if (++running == workers) full_since = absl::Now();
+  }
+  void Done(uint32_t workers, uint64_t b) {
+    if (running == 0) return;
+    if (running >= workers) {
+      bytes += b;
+      ++count;
+    }
+    if (running-- == workers) full += absl::Now() - full_since;
+  }
+  double Rate() const {
+    const double secs = absl::ToDoubleSeconds(full);
+    return count >= 2 && secs > 0 ? bytes / secs : 0;
+  }
+};
+
 struct CodecRate {
   double codec_bps = 0;  // per codec thread, input bytes/s
   double ratio = 0;
   absl::Time measured_at = absl::InfinitePast();
-  uint32_t encodes = 0;  // in progress
-  absl::Time busy_since;
-
-  // All encodes together: input bytes over the time any encode was running.
-  // Lower than codec_bps x threads when the threads share cores with other
-  // work (the engine, the receiver's decode on the same host).
-  uint64_t agg_bytes = 0;
-  absl::Duration agg_busy;
-  uint32_t agg_count = 0;
-  double Aggregate() const {
-    const double secs = absl::ToDoubleSeconds(agg_busy);
-    return agg_count >= 2 && secs > 0 ? agg_bytes / secs : 0;
-  }
+  PoolRate pool;  // all encodes together
+  double Aggregate() const { return pool.Rate(); }
 
   // GPU pools: a raw chunk's worker time (gather, checksum) per input byte.
   double raw_bps = 0;
@@ -198,30 +216,21 @@ struct CodecRate {
 };
 
 // One kind of receive task (decode, or a GPU pool's raw write): its rate per
-// task, and over all workers together (bytes over the time any ran).
+// task, and the pool's while full.
 struct TaskRate {
   double per_task_bps = 0;
-  uint32_t running = 0;
-  absl::Time busy_since;
-  absl::Duration busy;
-  uint64_t bytes = 0;
-  uint32_t count = 0;
+  PoolRate pool;
 
-  void Start() {
-    if (running++ == 0) busy_since = absl::Now();
-  }
-  void Done(uint64_t b, uint64_t ns, bool ok) {
-    if (running > 0 && --running == 0) busy += absl::Now() - busy_since;
+  void Start(uint32_t workers) { pool.Start(workers); }
+  void Done(uint32_t workers, uint64_t b, uint64_t ns, bool ok) {
+    pool.Done(workers, ok ? b : 0);
     if (!ok || ns == 0) return;
     const double rate = b * 1e9 / ns;
     per_task_bps = per_task_bps == 0 ? rate : 0.8 * per_task_bps + 0.2 * rate;
-    bytes += b;
-    ++count;
   }
-  double Total(double workers) const {
+  double Total(uint32_t workers) const {
     double t = per_task_bps * workers;
-    const double secs = absl::ToDoubleSeconds(busy);
-    if (count >= 2 && secs > 0) t = std::min(t, bytes / secs);
+    if (const double full = pool.Rate(); full > 0) t = std::min(t, full);
     return t;
   }
 };
@@ -323,6 +332,7 @@ struct CodecDone {
   uint64_t header_len = 0;
   // Receive: the task is measured for Engine::receive_rates (memory on `device`).
   bool metered = false;
+  uint64_t wire_len = 0;  // receive, direct: the payload's bytes on the wire
   int device = -1;
 };
 
@@ -493,7 +503,8 @@ class Engine::Impl {
     job->codec = codec_spec;
     job->device = device;
     job->gpu = gpu;
-    auto usable = [](double bps) { return bps > 0 && std::isfinite(bps) ? bps : 0.0; };  // from a peer: untrusted
+    // From a peer: untrusted. Anything outside 1 MB/s .. 10 TB/s counts as unknown.
+    auto usable = [](double bps) { return bps >= 1e6 && bps <= 1e13 ? bps : 0.0; };
     job->peer_decode_bps = usable(peer_decode_bps);
     job->peer_raw_bps = usable(peer_raw_bps);
     if (gpu != nullptr && gpu_direct_) {
@@ -753,10 +764,7 @@ class Engine::Impl {
         s.in_codec = true;
         ++j->next_seq;
         ++in_codec_;
-        if (compress) {
-          CodecRate& r = codec_rates_[j->device];
-          if (r.encodes++ == 0) r.busy_since = absl::Now();
-        }
+        if (compress) codec_rates_[j->device].pool.Start(Workers(*j));
         PostEncode(j, slot, seq, buf, compress);
         did = true;
         continue;
@@ -1216,6 +1224,7 @@ class Engine::Impl {
       d.metered = true;
       d.device = device;
       d.len = raw_len;
+      d.wire_len = len;
       const uint8_t* payload = dev;
       if (tail != nullptr) {  // as Accept's host join: header before the plane, the rest after it
         d.status = w.CopyIn(tail, codec::kHeaderBytes, dev - codec::kHeaderBytes);
@@ -1243,14 +1252,18 @@ class Engine::Impl {
   }
 
   // Receive-task rates (engine thread), published for receive_rates().
+  uint32_t Workers(int device) const {
+    return device == kCpu ? (codec_ ? static_cast<uint32_t>(codec_->size()) : 0) : options_.gpu_workers;
+  }
+  uint32_t Workers(const Job& j) const { return Workers(j.device); }
   void MeterStart(int device, bool encoded) {
     RecvMeters& m = recv_meters_[device];
-    (encoded ? m.decode : m.raw).Start();
+    (encoded ? m.decode : m.raw).Start(Workers(device));
   }
   void MeterDone(const CodecDone& d) {
     RecvMeters& m = recv_meters_[d.device];
-    (d.encoded ? m.decode : m.raw).Done(d.len, d.ns, d.status.ok());
-    const double workers = d.device == kCpu ? (codec_ ? codec_->size() : 0) : options_.gpu_workers;
+    const uint32_t workers = Workers(d.device);
+    (d.encoded ? m.decode : m.raw).Done(workers, d.len, d.ns, d.status.ok());
     Engine::ReceiveRates r;
     r.decode_bps = m.decode.Total(workers);
     r.raw_bps = d.device == kCpu ? 0 : m.raw.Total(workers);  // host pools: raw chunks take no codec thread
@@ -1311,9 +1324,7 @@ class Engine::Impl {
         j->probe_pending = false;
         CodecRate& r = codec_rates_[j->device];
         if (d.encoded_len != 0) r.AddEncode(d.raw_len, d.encoded_len, d.ns);
-        r.agg_bytes += d.raw_len;
-        ++r.agg_count;
-        if (--r.encodes == 0) r.agg_busy += absl::Now() - r.busy_since;
+        r.pool.Done(Workers(*j), d.raw_len);
       } else if (j->gpu != nullptr && d.status.ok()) {
         codec_rates_[j->device].AddRaw(d.raw_len, d.ns);
       }
@@ -1359,7 +1370,10 @@ class Engine::Impl {
     absl::Status st = d.status;
     if (st.ok() && j->ending) st = j->result;
     if (st.ok()) {
-      if (j->dev_staging != nullptr) MarkFirstPayload(j);  // direct: verified on the GPU just now
+      if (j->dev_staging != nullptr) {  // direct: verified on the GPU just now
+        j->counters->wire_bytes.fetch_add(d.wire_len, std::memory_order_relaxed);
+        MarkFirstPayload(j);
+      }
       if (!d.written) j->segs.Scatter(static_cast<uint64_t>(seq) * j->chunk_bytes, d.len, p.ptr(d.slot) + second_off_);
       j->received[seq] = true;
       if (d.encoded) j->counters->chunks_encoded.fetch_add(1, std::memory_order_relaxed);
@@ -1479,8 +1493,11 @@ class Engine::Impl {
       return absl::DataLossError(absl::StrFormat("chunk %d%s covers [%d, +%d), expected [%d, +%d)", h.seq,
                                                  encoded ? " (encoded)" : "", h.offset, h.length, off, raw_len));
     }
+    // Claimed now: a second copy of this chunk, arriving while this one is still
+    // being checked or decoded, must be refused, not counted twice (the job
+    // fails anyway if this copy does not verify).
+    j->received[h.seq] = true;
     if (j->dev_staging != nullptr) {  // direct: the payload is in device memory; a GPU worker checks it
-      j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
       j->inflight.find(slot)->second.seq = h.seq;  // was the receive's posting index
       PostGpuWriteDirect(j, slot, off, DevSlot(*j, slot) + kPayloadOffset, h, raw_len,
                          split ? header + kChunkHeaderBytes : nullptr, split ? header_len - kChunkHeaderBytes : 0);
