@@ -162,31 +162,30 @@ std::vector<gpu::DeviceRange> DeviceRanges(const SegmentList& segs, uint64_t off
 // sharing cores with the engine, the receiver's decode) outweigh it, so f is
 // 0. C and R older than 10 s are measured again by one probe chunk.
 // One codec (the CPU's, or one GPU's); the link estimates are per peer.
-// A pool of `workers` on one kind of task, measured only while every worker
-// has such a task (tasks posted count from posting): bytes finished over that
-// time. A pool that is seldom full says nothing of its capacity, only that
-// the work came slowly. Lower than the per-task rate x workers when the
-// workers share cores or a GPU with other work.
+// A pool of workers on one kind of task, all together: bytes finished over
+// the time any such task was in flight (counted from posting). Lower than the
+// per-task rate x workers when the workers share cores or a GPU with other
+// work. It under-reads a pool whose tasks seldom overlap (it is then the rate
+// of one worker); measuring only while every worker is busy was tried and
+// made staged GPU pulls compress too little (docs/performance.md).
 struct PoolRate {
   uint32_t running = 0;
-  absl::Time full_since;
-  absl::Duration full;
+  absl::Time since;
+  absl::Duration busy;
   uint64_t bytes = 0;
   uint32_t count = 0;
 
-  void Start(uint32_t workers) {
-    if (++running == workers) full_since = absl::Now();
+  void Start() {
+    if (running++ == 0) since = absl::Now();
   }
-  void Done(uint32_t workers, uint64_t b) {
+  void Done(uint64_t b) {
     if (running == 0) return;
-    if (running >= workers) {
-      bytes += b;
-      ++count;
-    }
-    if (running-- == workers) full += absl::Now() - full_since;
+    bytes += b;
+    ++count;
+    if (--running == 0) busy += absl::Now() - since;
   }
   double Rate() const {
-    const double secs = absl::ToDoubleSeconds(full);
+    const double secs = absl::ToDoubleSeconds(busy);
     return count >= 2 && secs > 0 ? bytes / secs : 0;
   }
 };
@@ -216,14 +215,14 @@ struct CodecRate {
 };
 
 // One kind of receive task (decode, or a GPU pool's raw write): its rate per
-// task, and the pool's while full.
+// task, and the pool's (PoolRate).
 struct TaskRate {
   double per_task_bps = 0;
   PoolRate pool;
 
-  void Start(uint32_t workers) { pool.Start(workers); }
-  void Done(uint32_t workers, uint64_t b, uint64_t ns, bool ok) {
-    pool.Done(workers, ok ? b : 0);
+  void Start() { pool.Start(); }
+  void Done(uint64_t b, uint64_t ns, bool ok) {
+    pool.Done(ok ? b : 0);
     if (!ok || ns == 0) return;
     const double rate = b * 1e9 / ns;
     per_task_bps = per_task_bps == 0 ? rate : 0.8 * per_task_bps + 0.2 * rate;
@@ -764,7 +763,7 @@ class Engine::Impl {
         s.in_codec = true;
         ++j->next_seq;
         ++in_codec_;
-        if (compress) codec_rates_[j->device].pool.Start(Workers(*j));
+        if (compress) codec_rates_[j->device].pool.Start();
         PostEncode(j, slot, seq, buf, compress);
         did = true;
         continue;
@@ -1255,15 +1254,14 @@ class Engine::Impl {
   uint32_t Workers(int device) const {
     return device == kCpu ? (codec_ ? static_cast<uint32_t>(codec_->size()) : 0) : options_.gpu_workers;
   }
-  uint32_t Workers(const Job& j) const { return Workers(j.device); }
   void MeterStart(int device, bool encoded) {
     RecvMeters& m = recv_meters_[device];
-    (encoded ? m.decode : m.raw).Start(Workers(device));
+    (encoded ? m.decode : m.raw).Start();
   }
   void MeterDone(const CodecDone& d) {
     RecvMeters& m = recv_meters_[d.device];
     const uint32_t workers = Workers(d.device);
-    (d.encoded ? m.decode : m.raw).Done(workers, d.len, d.ns, d.status.ok());
+    (d.encoded ? m.decode : m.raw).Done(d.len, d.ns, d.status.ok());
     Engine::ReceiveRates r;
     r.decode_bps = m.decode.Total(workers);
     r.raw_bps = d.device == kCpu ? 0 : m.raw.Total(workers);  // host pools: raw chunks take no codec thread
@@ -1324,7 +1322,7 @@ class Engine::Impl {
         j->probe_pending = false;
         CodecRate& r = codec_rates_[j->device];
         if (d.encoded_len != 0) r.AddEncode(d.raw_len, d.encoded_len, d.ns);
-        r.pool.Done(Workers(*j), d.raw_len);
+        r.pool.Done(d.raw_len);
       } else if (j->gpu != nullptr && d.status.ok()) {
         codec_rates_[j->device].AddRaw(d.raw_len, d.ns);
       }
