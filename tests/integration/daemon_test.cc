@@ -77,6 +77,7 @@ TEST_F(DaemonPairTest, PullMovesBlocksBitExactIntoOtherBlockIds) {
   EXPECT_EQ(st->transfers_done(), 1u);
   EXPECT_EQ(st->bytes_received(), last->bytes_done());
   EXPECT_EQ(st->recv_slots_free(), st->recv_slots());
+  EXPECT_FALSE(st->gpu_direct());  // --gpu_direct is off by default
   // A delivered ticket cannot be pulled again.
   auto again = decode_->client->Pull(*ticket, dst->id(), to);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound) << again.status();
