@@ -280,12 +280,7 @@ struct WarpSum64 {
   }
   // The whole warp: adds block `block` (m bytes) to *sum and starts over.
   __device__ __forceinline__ void Flush(uint64_t block, uint64_t m, unsigned long long* sum) {
-    for (int o = 8; o < 32; o *= 2) {
-      S += __shfl_xor_sync(0xffffffffu, S, o);
-      D += __shfl_xor_sync(0xffffffffu, D, o);
-    }
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    kvferry::cuda::Kvsum64AddBlockLanes(S, D, m, block, lane % 8, lane < 8, sum);
+    kvferry::cuda::Kvsum64WarpFinish(S, D, m, block, true, sum);
     S = D = 0;
   }
 };

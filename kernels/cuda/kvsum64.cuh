@@ -23,10 +23,23 @@ __device__ __forceinline__ void Kvsum64AddBlockLanes(uint64_t S, uint64_t D, uin
   if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));
 }
 
+// The whole warp finishes block `block` (m bytes) where lane t holds the sums
+// S, D of words j with j % 32 = t (so of checksum lane t % 8): two butterflies
+// leave each checksum lane's sums on lanes 0..7, whose digest is added to *sum
+// when `active` (uniform over the warp).
+__device__ __forceinline__ void Kvsum64WarpFinish(uint64_t S, uint64_t D, uint64_t m, uint64_t block, bool active,
+                                                  unsigned long long* sum) {
+  for (int o = 8; o < 32; o *= 2) {
+    S += __shfl_xor_sync(0xffffffffu, S, o);
+    D += __shfl_xor_sync(0xffffffffu, D, o);
+  }
+  const uint32_t lane = threadIdx.x % 32;
+  Kvsum64AddBlockLanes(S, D, m, block, static_cast<int>(lane % 8), active && lane < 8, sum);
+}
+
 // The whole warp adds the digest of checksum block `block` of bytes [0, n):
 // lane t reads words t + 32 i (coalesced), so every word a lane reads
-// belongs to checksum lane t % 8; two butterflies then leave each checksum
-// lane's sums on lanes 0..7. `key` holds Key(0..511) (shared memory). All 32
+// belongs to checksum lane t % 8 (then Kvsum64WarpFinish). `key` holds Key(0..511) (shared memory). All 32
 // lanes must call it. src.Word(off) loads the little-endian 8-byte word at
 // byte offset off (a multiple of 8); src.Byte(off) one byte.
 template <typename Src>
@@ -53,11 +66,7 @@ __device__ __forceinline__ void Kvsum64WarpBlockFrom(const Src& src, uint64_t n,
       D += t;
     }
   }
-  for (int o = 8; o < 32; o *= 2) {
-    S += __shfl_xor_sync(0xffffffffu, S, o);
-    D += __shfl_xor_sync(0xffffffffu, D, o);
-  }
-  Kvsum64AddBlockLanes(S, D, m, block, static_cast<int>(lane % 8), active && lane < 8, sum);
+  Kvsum64WarpFinish(S, D, m, block, active, sum);
 }
 
 // One contiguous buffer, any alignment.

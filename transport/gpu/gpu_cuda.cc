@@ -176,11 +176,19 @@ struct ChunkWorker::Impl {
 
   absl::Status Sync(const char* what) { return Cuda(cudaStreamSynchronize(stream), what); }
 
+  // CopyRanges, then waits for it.
+  absl::Status CopyRangesAndSync(const std::vector<DeviceRange>& ranges, uint8_t* flat, bool gather,
+                                 cudaMemcpyKind kind, const char* what) {
+    if (auto st = CopyRanges(ranges, flat, gather, kind, what); !st.ok()) return st;
+    return Sync(what);
+  }
+
   // Fills the encoder's view of the input and options. The encoder reads one
   // aligned buffer, or a list of equal blocks (a paged KV cache) with no copy;
   // anything else is gathered on the device first.
   absl::Status EncodeInput(const codec::EncodeOptions& options, const std::vector<DeviceRange>& src, uint64_t len,
                            codec::cuda::EncodeChunk* c) {
+    if (len == 0 || len > max_chunk) return absl::InvalidArgumentError("chunk size out of the worker's range");
     const bool equal_blocks = src.size() > 1 && src.size() <= max_ptrs && src[0].len % 64 == 0 &&
                               src[0].len < (1ull << 32) && std::all_of(src.begin(), src.end(), [&](const DeviceRange& r) {
                                 return r.len == src[0].len && Aligned16(r.data);
@@ -216,6 +224,16 @@ struct ChunkWorker::Impl {
     KVF_CUDA(encoder->EncodeAsync(&ctl->encode, 1, &ctl->size, &ctl->status, stream, split ? &sp : nullptr),
              "encode launch");
     return absl::OkStatus();
+  }
+
+  // Waits for the encoder and returns the chunk's size (its status checked).
+  absl::StatusOr<uint64_t> EncodeResult() {
+    KVF_CUDA(cudaMemcpyAsync(&host->size, &ctl->size, sizeof(uint64_t) + sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             stream),
+             "copy encode result");
+    if (auto st = Sync("encode"); !st.ok()) return st;
+    if (host->status != 0) return codec::cuda::ToStatus(host->status);
+    return host->size;
   }
 
   // Decodes the chunk at device `in` into stage, then (verified only) into dst.
@@ -292,21 +310,17 @@ absl::StatusOr<std::unique_ptr<ChunkWorker>> ChunkWorker::Create(int device, uin
 
 absl::Status ChunkWorker::ToHost(const std::vector<DeviceRange>& src, uint8_t* host) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  if (auto st = impl_->CopyRanges(src, host, true, cudaMemcpyDeviceToHost, "copy to host"); !st.ok()) return st;
-  return impl_->Sync("copy to host");
+  return impl_->CopyRangesAndSync(src, host, true, cudaMemcpyDeviceToHost, "copy to host");
 }
 
 absl::Status ChunkWorker::FromHost(const uint8_t* host, const std::vector<DeviceRange>& dst) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  auto st = impl_->CopyRanges(dst, const_cast<uint8_t*>(host), false, cudaMemcpyHostToDevice, "copy to device");
-  if (!st.ok()) return st;
-  return impl_->Sync("copy to device");
+  return impl_->CopyRangesAndSync(dst, const_cast<uint8_t*>(host), false, cudaMemcpyHostToDevice, "copy to device");
 }
 
 absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options, const std::vector<DeviceRange>& src,
                                              uint64_t len, uint8_t* out) {
   Impl& w = *impl_;
-  if (len == 0 || len > w.max_chunk) return absl::InvalidArgumentError("chunk size out of the worker's range");
   KVF_CUDA(cudaSetDevice(device_), "set device");
   codec::cuda::EncodeChunk c{};
   if (auto st = w.EncodeInput(options, src, len, &c); !st.ok()) return st;
@@ -341,12 +355,9 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options
       taken = options.on_raw_plane(raw_plane, w.host->estimate);
     }
   }
-  KVF_CUDA(cudaMemcpyAsync(&w.host->size, &w.ctl->size, sizeof(uint64_t) + sizeof(int32_t), cudaMemcpyDeviceToHost,
-                           w.stream),
-           "copy encode result");
-  if (auto st = w.Sync("encode"); !st.ok()) return st;
-  if (w.host->status != 0) return codec::cuda::ToStatus(w.host->status);
-  const uint64_t size = w.host->size;
+  auto result = w.EncodeResult();
+  if (!result.ok()) return result.status();
+  const uint64_t size = *result;
   if (size > c.out_capacity || (lead > 0 && size < codec::kHeaderBytes + lead)) {
     return absl::InternalError("CUDA encoder reported an impossible size");
   }
@@ -395,15 +406,12 @@ DeviceBuffer::~DeviceBuffer() {
 
 absl::Status ChunkWorker::Gather(const std::vector<DeviceRange>& src, uint8_t* dev) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  if (auto st = impl_->CopyRanges(src, dev, true, cudaMemcpyDeviceToDevice, "gather"); !st.ok()) return st;
-  return impl_->Sync("gather");
+  return impl_->CopyRangesAndSync(src, dev, true, cudaMemcpyDeviceToDevice, "gather");
 }
 
 absl::Status ChunkWorker::Scatter(const uint8_t* dev, const std::vector<DeviceRange>& dst) {
   KVF_CUDA(cudaSetDevice(device_), "set device");
-  auto st = impl_->CopyRanges(dst, const_cast<uint8_t*>(dev), false, cudaMemcpyDeviceToDevice, "scatter");
-  if (!st.ok()) return st;
-  return impl_->Sync("scatter");
+  return impl_->CopyRangesAndSync(dst, const_cast<uint8_t*>(dev), false, cudaMemcpyDeviceToDevice, "scatter");
 }
 
 absl::Status ChunkWorker::CopyIn(const uint8_t* host, uint64_t len, uint8_t* dev) {
@@ -425,7 +433,6 @@ absl::StatusOr<uint64_t> ChunkWorker::Checksum(const uint8_t* dev, uint64_t len)
 absl::StatusOr<uint64_t> ChunkWorker::EncodeInto(const codec::EncodeOptions& options,
                                                  const std::vector<DeviceRange>& src, uint64_t len, uint8_t* dev) {
   Impl& w = *impl_;
-  if (len == 0 || len > w.max_chunk) return absl::InvalidArgumentError("chunk size out of the worker's range");
   KVF_CUDA(cudaSetDevice(device_), "set device");
   codec::cuda::EncodeChunk c{};
   if (auto st = w.EncodeInput(options, src, len, &c); !st.ok()) return st;
@@ -434,13 +441,9 @@ absl::StatusOr<uint64_t> ChunkWorker::EncodeInto(const codec::EncodeOptions& opt
   c.allow_stored = 1;
   w.host->encode = c;
   if (auto st = w.LaunchEncode(false); !st.ok()) return st;
-  KVF_CUDA(cudaMemcpyAsync(&w.host->size, &w.ctl->size, sizeof(uint64_t) + sizeof(int32_t), cudaMemcpyDeviceToHost,
-                           w.stream),
-           "copy encode result");
-  if (auto st = w.Sync("encode"); !st.ok()) return st;
-  if (w.host->status != 0) return codec::cuda::ToStatus(w.host->status);
-  if (w.host->size > c.out_capacity) return absl::InternalError("CUDA encoder reported an impossible size");
-  return w.host->size;
+  auto size = w.EncodeResult();
+  if (size.ok() && *size > c.out_capacity) return absl::InternalError("CUDA encoder reported an impossible size");
+  return size;
 }
 
 absl::Status ChunkWorker::DecodeFrom(const uint8_t* dev, uint64_t in_len, const std::vector<DeviceRange>& dst,

@@ -190,6 +190,9 @@ struct PoolRate {
   }
 };
 
+// Moving average of measured rates: the first sample, then 80/20.
+inline void Ewma(double* avg, double sample) { *avg = *avg == 0 ? sample : 0.8 * *avg + 0.2 * sample; }
+
 struct CodecRate {
   double codec_bps = 0;  // per codec thread, input bytes/s
   double ratio = 0;
@@ -201,15 +204,13 @@ struct CodecRate {
   double raw_bps = 0;
   void AddRaw(uint64_t in_bytes, uint64_t ns) {
     if (ns == 0) return;
-    const double rate = in_bytes * 1e9 / ns;
-    raw_bps = raw_bps == 0 ? rate : 0.8 * raw_bps + 0.2 * rate;
+    Ewma(&raw_bps, in_bytes * 1e9 / ns);
   }
 
   void AddEncode(uint64_t in_bytes, uint64_t out_bytes, uint64_t ns) {
     if (ns == 0 || out_bytes == 0) return;
-    const double rate = in_bytes * 1e9 / ns, r = static_cast<double>(in_bytes) / out_bytes;
-    codec_bps = codec_bps == 0 ? rate : 0.8 * codec_bps + 0.2 * rate;
-    ratio = ratio == 0 ? r : 0.8 * ratio + 0.2 * r;
+    Ewma(&codec_bps, in_bytes * 1e9 / ns);
+    Ewma(&ratio, static_cast<double>(in_bytes) / out_bytes);
     measured_at = absl::Now();
   }
 };
@@ -223,9 +224,7 @@ struct TaskRate {
   void Start() { pool.Start(); }
   void Done(uint64_t b, uint64_t ns, bool ok) {
     pool.Done(ok ? b : 0);
-    if (!ok || ns == 0) return;
-    const double rate = b * 1e9 / ns;
-    per_task_bps = per_task_bps == 0 ? rate : 0.8 * per_task_bps + 0.2 * rate;
+    if (ok && ns != 0) Ewma(&per_task_bps, b * 1e9 / ns);
   }
   double Total(uint32_t workers) const {
     double t = per_task_bps * workers;
@@ -307,6 +306,11 @@ struct Job {
     return std::min(chunk_bytes, segs.total() - off);
   }
 };
+
+absl::Status ChecksumMismatch(uint64_t seq, uint64_t got, uint64_t want) {
+  return absl::DataLossError(
+      absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", seq, got, want));
+}
 
 uint32_t ChunkCount(uint64_t total, uint64_t chunk) { return static_cast<uint32_t>((total + chunk - 1) / chunk); }
 
@@ -983,7 +987,7 @@ class Engine::Impl {
       j->probe_pending = true;
       return true;
     }
-    const double workers = j->gpu != nullptr ? j->gpu->size() : codec_->size();
+    const double workers = Workers(j->device);
     double codec_rate = rate.codec_bps * workers;
     if (const double agg = rate.Aggregate(); agg > 0) codec_rate = std::min(codec_rate, agg);
     AdaptiveRates a;
@@ -1090,6 +1094,18 @@ class Engine::Impl {
     });
   }
 
+  // A receive task's result, measured for receive_rates (memory on `device`).
+  static CodecDone RecvDone(uint64_t key, int slot, bool encoded, int device, uint64_t raw_len) {
+    CodecDone d;
+    d.key = key;
+    d.slot = slot;
+    d.encoded = encoded;
+    d.metered = true;
+    d.device = device;
+    d.len = raw_len;
+    return d;
+  }
+
   static CodecDone StartDone(uint64_t key, int slot, bool encode_task, uint64_t len) {
     CodecDone d;
     d.key = key;
@@ -1157,19 +1173,13 @@ class Engine::Impl {
     MeterStart(kCpu, true);
     codec_->Post([this, payload, len, raw_len, out, key, slot](CpuWorker&) {
       const absl::Time t0 = absl::Now();
-      CodecDone d;
-      d.key = key;
-      d.slot = slot;
-      d.encoded = true;
-      d.metered = true;
-      d.device = kCpu;
+      CodecDone d = RecvDone(key, slot, true, kCpu, raw_len);
       auto n = codec::Decode(payload, len, out, raw_len, 1);
       if (!n.ok()) {
         d.status = n.status();
       } else if (*n != raw_len) {
         d.status = absl::DataLossError(absl::StrFormat("codec chunk decodes to %d bytes, expected %d", *n, raw_len));
       }
-      d.len = raw_len;
       d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
       PostCodecDone(std::move(d));
     });
@@ -1185,14 +1195,8 @@ class Engine::Impl {
     MeterStart(device, encoded);
     j->gpu->Post([this, segs, off, payload, len, raw_len, encoded, key, slot, device](gpu::ChunkWorker& w) {
       const absl::Time t0 = absl::Now();
-      CodecDone d;
-      d.key = key;
-      d.slot = slot;
-      d.encoded = encoded;
+      CodecDone d = RecvDone(key, slot, encoded, device, raw_len);
       d.written = true;
-      d.metered = true;
-      d.device = device;
-      d.len = raw_len;
       const auto dst = DeviceRanges(*segs, off, raw_len);
       d.status = encoded ? w.Decode(payload, len, dst, raw_len) : w.FromHost(payload, dst);
       d.ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - t0));
@@ -1215,31 +1219,22 @@ class Engine::Impl {
     j->gpu->Post([this, segs, off, dev, len, want, seq, raw_len, encoded, tail, tail_len, key, slot,
                   device](gpu::ChunkWorker& w) {
       const absl::Time t0 = absl::Now();
-      CodecDone d;
-      d.key = key;
-      d.slot = slot;
-      d.encoded = encoded;
+      CodecDone d = RecvDone(key, slot, encoded, device, raw_len);
       d.written = true;
-      d.metered = true;
-      d.device = device;
-      d.len = raw_len;
       d.wire_len = len;
       const uint8_t* payload = dev;
       if (tail != nullptr) {  // as Accept's host join: header before the plane, the rest after it
+        const uint64_t plane = len - tail_len;  // the payload message
         d.status = w.CopyIn(tail, codec::kHeaderBytes, dev - codec::kHeaderBytes);
         if (d.status.ok()) {
-          d.status = w.CopyIn(tail + codec::kHeaderBytes, tail_len - codec::kHeaderBytes,
-                              dev + (len - (tail_len - codec::kHeaderBytes) - codec::kHeaderBytes));
+          d.status = w.CopyIn(tail + codec::kHeaderBytes, tail_len - codec::kHeaderBytes, dev + plane);
         }
         payload = dev - codec::kHeaderBytes;
       }
       if (d.status.ok()) {
         auto sum = w.Checksum(payload, len);
         d.status = sum.status();
-        if (sum.ok() && *sum != want) {
-          d.status = absl::DataLossError(
-              absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", seq, *sum, want));
-        }
+        if (sum.ok() && *sum != want) d.status = ChecksumMismatch(seq, *sum, want);
       }
       if (d.status.ok()) {
         const auto dst = DeviceRanges(*segs, off, raw_len);
@@ -1513,10 +1508,7 @@ class Engine::Impl {
       payload -= codec::kHeaderBytes;
     }
     const uint64_t sum = Kvsum64(payload, h.length);
-    if (sum != h.checksum) {
-      return absl::DataLossError(
-          absl::StrFormat("checksum mismatch in chunk %d: got %016x, header says %016x", h.seq, sum, h.checksum));
-    }
+    if (sum != h.checksum) return ChecksumMismatch(h.seq, sum, h.checksum);
     j->counters->wire_bytes.fetch_add(h.length, std::memory_order_relaxed);
     MarkFirstPayload(j);
     if (j->gpu != nullptr) {                       // device memory: a GPU worker writes it
