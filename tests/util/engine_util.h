@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "transport/chunk.h"
 #include "transport/pipeline/engine.h"
 #include "transport/transport.h"
@@ -43,9 +45,15 @@ class RawSender {
   void Send(uint64_t id, const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
     ASSERT_TRUE(ep_->SubmitSend(transport::HeaderTag(id), header.data(), header.size(), 1).ok());
     ASSERT_TRUE(ep_->SubmitSend(transport::PayloadTag(id), payload.data(), payload.size(), 2).ok());
+    // Until both sends complete, bounded by time, not by a count of progress
+    // calls: under a sanitizer on a busy host a count runs out too early.
     std::vector<transport::Completion> c;
-    for (int i = 0; i < 200000 && c.size() < 2; ++i) t_->Progress(&c);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (c.size() < 2 && absl::Now() < deadline) {
+      if (t_->Progress(&c) == 0) t_->Wait(absl::Milliseconds(1));
+    }
     ASSERT_EQ(c.size(), 2u);
+    for (const auto& done : c) EXPECT_TRUE(done.status.ok()) << done.status;
   }
 
  private:
