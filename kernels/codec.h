@@ -34,7 +34,8 @@ struct Layout {
 };
 
 constexpr size_t kHeaderBytes = 64;
-constexpr size_t kTileSymbols = 16384;
+constexpr uint8_t kFormatVersion = 2;  // docs/codec-format.md
+constexpr size_t kMaxTileSymbols = 16384;
 constexpr uint32_t kProbBits = 12;
 constexpr uint32_t kMaxTables = 16;
 
@@ -77,6 +78,7 @@ struct ChunkInfo {
   bool stored = false;
   bool channel_groups = false;
   uint32_t tables = 0;
+  uint32_t tile_log2 = 0;  // symbols per tile, log2 (0 when stored)
   uint32_t tiles = 0;
   uint32_t raw_tiles = 0;
   uint64_t raw_plane_bytes = 0;

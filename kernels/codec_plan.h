@@ -49,9 +49,23 @@ KVF_HD uint64_t ChannelCount(uint64_t n, uint64_t channels, uint64_t c) {
 // the histograms of 16 groups give those of 2, 4 and 8.
 KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<uint32_t>(rank * 16 / channels); }
 
+// Symbols per tile, as log2 (header byte 30). Tiles are coded in parallel, one
+// warp each on a GPU, so smaller tiles mean more parallel work per chunk, at
+// 128 bytes of final rANS states per tile. Elements of 2 and 4 bytes use
+// 8192-symbol tiles up to 32 Mi elements (the states cost ~0.45% of bf16's
+// ratio; more tiles than that no longer pay on an H100); 1-byte elements,
+// whose coded tiles are smallest, and larger chunks use 16384.
+constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
+KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
+  return elem_bytes >= 2 && elements <= (uint64_t{32} << 20) ? 13 : 14;
+}
+KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
+  return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;
+}
+
 // Largest chunk once the encoder may no longer fall back to STORED (split-send):
-// header, input, the largest map (8192) and tables (16 x 516), and per
-// 16384-symbol tile its directory entry and padding.
+// header, input, the largest map (8192) and tables (16 x 516), and per tile
+// its directory entry and padding (a tile spans at least 16 KiB of input).
 KVF_HD constexpr uint64_t MaxSplitChunkBytes(uint64_t input_bytes) {
   return 64 + input_bytes + 16 * 1024 + 256 + 16 * (input_bytes / 16384 + 1);
 }

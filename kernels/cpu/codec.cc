@@ -372,7 +372,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   uint32_t x[kLanes];
   for (auto& v : x) v = kL;
   // At most one word per symbol; the stream is written from the end backwards.
-  thread_local std::vector<uint16_t> word_buf(kTileSymbols + 1);  // n <= kTileSymbols
+  thread_local std::vector<uint16_t> word_buf(kMaxTileSymbols + 1);  // n <= kMaxTileSymbols
   uint16_t* const words_end = word_buf.data() + n + 1;
   uint16_t* pos = words_end;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
@@ -699,10 +699,11 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     summed = true;
   };
 
-  auto header = [&](uint16_t flags, uint32_t tables, uint32_t tiles, uint64_t raw_plane, uint64_t payload) {
+  auto header = [&](uint16_t flags, uint32_t tables, uint32_t tile_log2, uint32_t tiles, uint64_t raw_plane,
+                    uint64_t payload) {
     std::memset(out, 0, kHeaderBytes);
     std::memcpy(out, kMagic, 4);
-    out[4] = 1;
+    out[4] = kFormatVersion;
     out[5] = static_cast<uint8_t>(o.dtype);
     Put<uint16_t>(out + 6, flags);
     Put<uint64_t>(out + 8, n);
@@ -710,6 +711,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     Put<uint32_t>(out + 20, o.layout.heads);
     Put<uint32_t>(out + 24, o.layout.head_dim);
     Put<uint16_t>(out + 28, static_cast<uint16_t>(tables));
+    out[30] = static_cast<uint8_t>(tile_log2);
     Put<uint32_t>(out + 32, tiles);
     Put<uint64_t>(out + 40, raw_plane);
     Put<uint64_t>(out + 48, payload);
@@ -717,7 +719,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   };
   auto stored = [&]() -> size_t {
     sum();
-    header(kFlagStored, 0, 0, 0, in_bytes);
+    header(kFlagStored, 0, 0, 0, 0, in_bytes);
     if (in_bytes > 0) std::memcpy(out + kHeaderBytes, in, in_bytes);
     return kHeaderBytes + in_bytes;
   };
@@ -727,7 +729,10 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   // Group padding can make the raw plane alone as large as the input (tiny
   // chunks): then coding cannot pay, and the plane would not fit in `out`.
   if (raw_plane >= in_bytes) return stored();
-  const int threads = Threads(o.threads, (n + kTileSymbols - 1) / kTileSymbols);
+  const uint32_t tile_log2 = plan::TileLog2(sp.info.bytes, n);
+  const uint64_t tile = uint64_t{1} << tile_log2;
+  const uint32_t tiles = static_cast<uint32_t>(plan::TileCount(n, tile_log2));
+  const int threads = Threads(o.threads, tiles);
   // 1. Split: symbols to a temporary array, the raw plane straight into place.
   Scratch scratch;
   uint8_t* const sym = scratch.Bytes(n);
@@ -777,7 +782,6 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   }
 
   // Split-send: the raw plane is final; the caller may take it now.
-  const uint32_t tiles = static_cast<uint32_t>((n + kTileSymbols - 1) / kTileSymbols);
   const bool committed = o.on_raw_plane && raw_plane > 0 &&
                          o.on_raw_plane(raw_plane, plan::EstimatedChunkBytes(raw_plane, best.TotalQ16(), tiles));
   sum();
@@ -790,7 +794,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     for (int sy = 0; sy < 256; ++sy) enc[t * 256 + sy] = best.tables[t].freq[sy] | best.tables[t].cum[sy] << 16;
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
-    dir[t] = EncodeTile(sym, t * kTileSymbols, std::min<uint64_t>(n, (t + 1) * kTileSymbols), table_of,
+    dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of,
                         sp.info.exp_bits, best.tables, enc, &tile_bytes[t]);
   });
 
@@ -821,7 +825,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     std::memcpy(p, tb.data(), tb.size());
     p += tb.size();
   }
-  header(best.groups > 1 ? kFlagChannelGroups : 0, best.groups, tiles, raw_plane, payload);
+  header(best.groups > 1 ? kFlagChannelGroups : 0, best.groups, tile_log2, tiles, raw_plane, payload);
   return kHeaderBytes + payload;
 }
 
@@ -841,7 +845,7 @@ struct Parsed {
 absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tables) {
   if (in == nullptr || in_bytes < kHeaderBytes) return Corrupt("shorter than its 64-byte header");
   if (std::memcmp(in, kMagic, 4) != 0) return Corrupt("bad magic");
-  if (in[4] != 1) return Corrupt(absl::StrFormat("unsupported version %d", in[4]));
+  if (in[4] != kFormatVersion) return Corrupt(absl::StrFormat("unsupported version %d", in[4]));
   Parsed p;
   p.info.dtype = static_cast<DType>(in[5]);
   auto split = MakeSplit(p.info.dtype);
@@ -849,12 +853,13 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   p.split = *split;
   const uint16_t flags = Get<uint16_t>(in + 6);
   if (flags & ~(kFlagStored | kFlagChannelGroups)) return Corrupt("unknown flags");
-  if (Get<uint16_t>(in + 30) != 0 || Get<uint32_t>(in + 36) != 0) return Corrupt("reserved fields set");
+  if (in[31] != 0 || Get<uint32_t>(in + 36) != 0) return Corrupt("reserved fields set");
   const uint64_t n = Get<uint64_t>(in + 8);
   if (n > kMaxElements) return Corrupt("element count too large");
   p.info.elements = n;
   p.info.layout = {Get<uint32_t>(in + 16), Get<uint32_t>(in + 20), Get<uint32_t>(in + 24)};
   p.info.tables = Get<uint16_t>(in + 28);
+  p.info.tile_log2 = in[30];
   p.info.tiles = Get<uint32_t>(in + 32);
   p.info.raw_plane_bytes = Get<uint64_t>(in + 40);
   const uint64_t payload = Get<uint64_t>(in + 48);
@@ -867,7 +872,8 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   p.info.stored = flags & kFlagStored;
   p.info.channel_groups = flags & kFlagChannelGroups;
   if (p.info.stored) {
-    if (p.info.channel_groups || p.info.tables != 0 || p.info.tiles != 0 || p.info.raw_plane_bytes != 0 ||
+    if (p.info.channel_groups || p.info.tables != 0 || p.info.tile_log2 != 0 || p.info.tiles != 0 ||
+        p.info.raw_plane_bytes != 0 ||
         payload != p.info.original_bytes) {
       return Corrupt("inconsistent stored chunk");
     }
@@ -876,7 +882,8 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   const uint32_t E = p.split.info.exp_bits;
   if (n == 0) return Corrupt("coded chunk without elements");
   if (p.info.raw_plane_bytes != PackedBytes(n, p.split.info.raw_bits)) return Corrupt("raw plane size");
-  if (p.info.tiles != (n + kTileSymbols - 1) / kTileSymbols) return Corrupt("tile count");
+  if (p.info.tile_log2 < plan::kMinTileLog2 || p.info.tile_log2 > plan::kMaxTileLog2) return Corrupt("tile size");
+  if (p.info.tiles != plan::TileCount(n, p.info.tile_log2)) return Corrupt("tile count");
   if (p.info.tables < 1 || p.info.tables > kMaxTables) return Corrupt("table count");
   if (!p.info.channel_groups && p.info.tables != 1) return Corrupt("several tables without a channel map");
   const uint8_t* cur = in + kHeaderBytes;
@@ -999,7 +1006,8 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
     const int nt = Threads(threads, p.info.tiles);
     std::vector<absl::Status> status(p.info.tiles);
     ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
-      const uint64_t b = t * kTileSymbols, e = std::min<uint64_t>(n, (t + 1) * kTileSymbols);
+      const uint64_t tile = uint64_t{1} << p.info.tile_log2;
+      const uint64_t b = t * tile, e = std::min<uint64_t>(n, (t + 1) * tile);
       status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym);
     });
     for (const auto& s : status) {

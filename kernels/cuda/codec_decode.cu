@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
+#include "kernels/codec_plan.h"
 #include "kernels/cuda/codec_common.cuh"
 #include "kernels/cuda/codec_cuda.h"
 #include "kernels/cuda/kvsum64.cuh"
@@ -18,7 +19,7 @@ using SlotTable = uint32_t[kM];
 struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
   uint64_t raw_off, map_off;
-  uint32_t tiles, tables, flags;
+  uint32_t tile_log2, tiles, tables, flags;
   uint32_t elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
   Addr out;
 };
@@ -46,7 +47,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
     ws.sum[c] = 0;
     const uint8_t* in = ch.data;
     do {
-      if (ch.bytes < kHeader || in[0] != 'K' || in[1] != 'V' || in[2] != 'Z' || in[3] != '1' || in[4] != 1) {
+      if (ch.bytes < kHeader || in[0] != 'K' || in[1] != 'V' || in[2] != 'Z' || in[3] != '1' || in[4] != kVersion) {
         err = kBadHeader;
         break;
       }
@@ -61,7 +62,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       s.mant_bits = e.mant_bits;
       s.opaque = e.opaque;
       s.flags = Ld16(in + 6);
-      if ((s.flags & ~3u) || Ld16(in + 30) != 0 || Ld32(in + 36) != 0) {
+      if ((s.flags & ~3u) || in[31] != 0 || Ld32(in + 36) != 0) {
         err = kBadHeader;
         break;
       }
@@ -73,6 +74,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
       s.orig_bytes = s.n * s.elem_bytes;
       s.channels = static_cast<uint64_t>(Ld32(in + 20)) * Ld32(in + 24);
       s.tables = Ld16(in + 28);
+      s.tile_log2 = in[30];
       s.tiles = Ld32(in + 32);
       const uint64_t raw_plane = Ld64(in + 40), payload = Ld64(in + 48);
       s.checksum = Ld64(in + 56);
@@ -85,12 +87,15 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
         break;
       }
       if (s.flags & kStored) {
-        if ((s.flags & kGroups) || s.tables || s.tiles || raw_plane || payload != s.orig_bytes) err = kBadSection;
-        s.tiles = static_cast<uint32_t>((s.orig_bytes + kTile - 1) / kTile);  // copy in tile-sized pieces
+        if ((s.flags & kGroups) || s.tables || s.tile_log2 || s.tiles || raw_plane || payload != s.orig_bytes) {
+          err = kBadSection;
+        }
+        s.tiles = static_cast<uint32_t>((s.orig_bytes + kMaxTile - 1) / kMaxTile);  // copy in 16 KiB pieces
         if (s.tiles > max_tiles) err = kTooLarge;
         break;
       }
-      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tiles != (s.n + kTile - 1) / kTile || s.tables < 1 ||
+      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tile_log2 < plan::kMinTileLog2 ||
+          s.tile_log2 > plan::kMaxTileLog2 || s.tiles != plan::TileCount(s.n, s.tile_log2) || s.tables < 1 ||
           s.tables > kMaxTables || (!(s.flags & kGroups) && s.tables != 1)) {
         err = kBadSection;
         break;
@@ -470,8 +475,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
   if (t >= s.tiles) return;
   const uint8_t* in = ch.data;
   unsigned long long* gsum = &ws.sum[c];
-  if (s.flags & kStored) {  // bytes [t * kTile, ...) of the payload, 4 KiB blocks
-    const uint64_t b0 = static_cast<uint64_t>(t) * kTile, b1 = min(s.orig_bytes, b0 + kTile);
+  if (s.flags & kStored) {  // bytes [t * kMaxTile, ...) of the payload, 4 KiB blocks
+    const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(s.orig_bytes, b0 + kMaxTile);
     const uint8_t* src = in + kHeader;
     const bool aligned = reinterpret_cast<uintptr_t>(src) % 8 == 0;
     WarpSum64 sum;
@@ -490,8 +495,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
     }
     return;
   }
-  const uint64_t begin = static_cast<uint64_t>(t) * kTile;
-  const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), s.n - begin));
+  const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
+  const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
   const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
   const uint32_t size = entry & ~kTileRaw;
   const uint8_t* tile = in + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
@@ -556,7 +561,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   auto d = std::unique_ptr<Decoder>(new Decoder());
   d->max_chunks_ = max_chunks;
   d->max_chunk_bytes_ = max_chunk_bytes;
-  d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
+  d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = n * sizeof(ChunkState) + n * kMaxTables * sizeof(SlotTable) +
                          n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;

@@ -24,15 +24,16 @@
 namespace kvferry::codec::cuda {
 namespace {
 
-constexpr uint32_t kScratch = 128 + 2 * kTile;     // a tile's worst case: states + one word per symbol
-constexpr uint32_t kSplitElems = kTile;            // elements per Split/Hist16 CUDA block
+constexpr uint32_t kScratch = 128 + 2 * kMaxTile;    // a tile's worst case: states + one word per symbol
+constexpr uint32_t kSplitElems = kMaxTile;         // elements per Split/Hist16 CUDA block
 constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
 
 struct ChunkPlan {
   ElemInfo e;
   Addr in;
   uint64_t n, bytes, raw_plane, channels;
-  uint32_t tiles, tables, shift;  // tables chosen; group = group16 >> shift
+  uint32_t tile_log2, tiles;      // symbols per tile (log2), tiles
+  uint32_t tables, shift;         // tables chosen; group = group16 >> shift
   uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
   uint64_t tables_bytes;          // map + tables, written by Plan
   uint64_t dir_off, tiles_off;    // chunk offsets of the directory and tile 0
@@ -86,7 +87,8 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
         break;
       }
       p.raw_plane = (p.n + 7) / 8 * p.e.raw_bits;
-      p.tiles = static_cast<uint32_t>((p.n + kTile - 1) / kTile);
+      p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
+      p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));
       p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
       // As the CPU: nothing to code, or group padding makes the raw plane as
       // large as the input.
@@ -571,8 +573,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   __syncthreads();
   if (tile >= p.tiles) return;
   const uint32_t lane = threadIdx.x % 32;
-  const uint64_t begin = static_cast<uint64_t>(tile) * kTile;
-  const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(kTile), p.n - begin));
+  const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
+  const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
   const uint8_t* sym = ws.sym + c * ws.max_elems + begin;
   uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + tile) * kScratch;
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
@@ -685,13 +687,14 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
   const EncodeChunk ch = chunks[c];
   const uint64_t pay = stored ? p.bytes : payload;
   std::memset(out, 0, kHeader);
-  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = 1, out[5] = ch.dtype;
+  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = kVersion, out[5] = ch.dtype;
   St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
   St64(out + 8, p.n);
   St32(out + 16, ch.tokens);
   St32(out + 20, ch.heads);
   St32(out + 24, ch.head_dim);
   St16(out + 28, stored ? 0 : p.tables);
+  out[30] = stored ? 0 : p.tile_log2;
   St32(out + 32, stored ? 0 : p.tiles);
   St64(out + 40, stored ? 0 : p.raw_plane);
   St64(out + 48, pay);
@@ -707,7 +710,7 @@ __global__ void __launch_bounds__(256) CopyKernel(const EncodeChunk* chunks, con
   uint8_t* out = chunks[c].out;
   const uint32_t t = blockIdx.x;
   if (p.stored) {
-    const uint64_t b0 = static_cast<uint64_t>(t) * kTile, b1 = min(p.bytes, b0 + kTile);
+    const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(p.bytes, b0 + kMaxTile);
     if (b0 >= p.bytes) return;
     // 16-byte pieces never straddle blocks; the destination may be unaligned.
     for (uint64_t b = b0 + 16ull * threadIdx.x; b < b1; b += 16ull * blockDim.x) {
@@ -765,9 +768,9 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   auto e = std::unique_ptr<Encoder>(new Encoder());
   e->max_chunks_ = max_chunks;
   e->max_chunk_bytes_ = max_chunk_bytes;
-  e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kTile - 1) / kTile);  // >= tiles of any dtype
+  e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kTile;  // >= elements of any dtype, whole tiles
+  e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kMaxTile;  // >= elements of any dtype, whole tiles
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 2 * 4096 * 4) +

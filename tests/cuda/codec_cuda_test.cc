@@ -92,8 +92,8 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   Batch b;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   for (DType d : all) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, kTileSymbols - 1, kTileSymbols, kTileSymbols + 1,
-                     size_t{200001}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, kMaxTileSymbols / 2 + 1, kMaxTileSymbols - 1,
+                     kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}}) {
       for (bool kv : {false, true}) {
         EncodeOptions o;
         o.dtype = d;
@@ -120,7 +120,7 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
 TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   EncodeOptions o;
   o.layout = {0, 8, 128};
-  auto in = KvLike(DType::kBF16, 3 * kTileSymbols + 100, 1024, 7);
+  auto in = KvLike(DType::kBF16, 3 * kMaxTileSymbols + 100, 1024, 7);
   auto good = EncodeCpu(o, in);
   Batch b;
   std::mt19937 rng(11);
@@ -232,8 +232,8 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   const Layout layouts[] = {{}, {0, 8, 128}, {0, 3, 64}, {0, 1, 5}};
   for (DType d : all) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{33}, size_t{1001}, kTileSymbols - 1, kTileSymbols,
-                     kTileSymbols + 1, size_t{200001}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{33}, size_t{1001}, kMaxTileSymbols / 2 - 1,
+                     kMaxTileSymbols - 1, kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}}) {
       for (const Layout& l : layouts) {
         EncodeCase cs;
         cs.options.dtype = d;
@@ -282,7 +282,7 @@ TEST_F(CudaCodec, WithoutStoredTheEncoderMatchesTheCpuThatTookItsRawPlane) {
   std::vector<EncodeCase> cases;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   for (DType d : all) {
-    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kTileSymbols + 1, size_t{200001}}) {
+    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kMaxTileSymbols + 1, size_t{200001}}) {
       for (const Layout& l : {Layout{}, Layout{0, 8, 128}, Layout{0, 64, 128}}) {
         EncodeCase cs;
         cs.options.dtype = d;

