@@ -52,12 +52,14 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 // Symbols per tile, as log2 (header byte 30). Tiles are coded in parallel, one
 // warp each on a GPU, so smaller tiles mean more parallel work per chunk, at
 // 128 bytes of final rANS states per tile. Elements of 2 and 4 bytes use
-// 8192-symbol tiles up to 32 Mi elements (the states cost ~0.45% of bf16's
-// ratio; more tiles than that no longer pay on an H100); 1-byte elements,
-// whose coded tiles are smallest, and larger chunks use 16384.
+// 8192-symbol tiles from 256 Ki to 32 Mi elements: the states cost ~0.45% of
+// bf16's ratio there. Below, chunks are small enough that their ratio matters
+// more (partial tiles cost the most; per-layer KV planes of 20-70 KiB would
+// lose 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
+// elements, whose coded tiles are smallest, always use 16384.
 constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
-  return elem_bytes >= 2 && elements <= (uint64_t{32} << 20) ? 13 : 14;
+  return elem_bytes >= 2 && elements >= (uint64_t{1} << 18) && elements <= (uint64_t{1} << 25) ? 13 : 14;
 }
 KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
   return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;

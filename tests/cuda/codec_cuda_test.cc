@@ -93,7 +93,7 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   for (DType d : all) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{33}, kMaxTileSymbols / 2 + 1, kMaxTileSymbols - 1,
-                     kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}}) {
+                     kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}, size_t{300001}}) {
       for (bool kv : {false, true}) {
         EncodeOptions o;
         o.dtype = d;
@@ -233,7 +233,7 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   const Layout layouts[] = {{}, {0, 8, 128}, {0, 3, 64}, {0, 1, 5}};
   for (DType d : all) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{33}, size_t{1001}, kMaxTileSymbols / 2 - 1,
-                     kMaxTileSymbols - 1, kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}}) {
+                     kMaxTileSymbols - 1, kMaxTileSymbols, kMaxTileSymbols + 1, size_t{200001}, size_t{300001}}) {
       for (const Layout& l : layouts) {
         EncodeCase cs;
         cs.options.dtype = d;
@@ -282,7 +282,7 @@ TEST_F(CudaCodec, WithoutStoredTheEncoderMatchesTheCpuThatTookItsRawPlane) {
   std::vector<EncodeCase> cases;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   for (DType d : all) {
-    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kMaxTileSymbols + 1, size_t{200001}}) {
+    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kMaxTileSymbols + 1, size_t{200001}, size_t{300001}}) {
       for (const Layout& l : {Layout{}, Layout{0, 8, 128}, Layout{0, 64, 128}}) {
         EncodeCase cs;
         cs.options.dtype = d;

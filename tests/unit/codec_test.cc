@@ -95,8 +95,8 @@ TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
       ASSERT_TRUE(info.ok()) << info.status();
       EXPECT_EQ(info->elements, n);
       EXPECT_EQ(info->original_bytes, n * es);
-      if (!info->stored) {  // 8192-symbol tiles for 2- and 4-byte elements, 16384 for 1-byte ones
-        EXPECT_EQ(info->tile_log2, es >= 2 ? 13u : 14u) << DTypeName(d) << " n=" << n;
+      if (!info->stored) {  // 8192-symbol tiles for 2- and 4-byte elements from 256 Ki, else 16384
+        EXPECT_EQ(info->tile_log2, es >= 2 && n >= (1u << 18) ? 13u : 14u) << DTypeName(d) << " n=" << n;
         EXPECT_EQ(info->tiles, plan::TileCount(n, info->tile_log2));
       }
     }
@@ -354,7 +354,7 @@ TEST(Codec, CorruptedOrTruncatedChunksFailAndNeverLie) {
 // 8192 or 16384 symbols (or one that disagrees with its tile count), a stored
 // chunk with one at all, or the older version fails with a reason.
 TEST(Codec, RejectsBadTileSizesAndOtherVersions) {
-  auto in = KvLike(DType::kBF16, 3 * kMaxTileSymbols + 5, 128, 4);
+  auto in = KvLike(DType::kBF16, (1 << 18) + 5, 128, 4);
   const auto chunk = Encoded(EncodeOptions{}, in);
   ASSERT_EQ(chunk[30], 13);
   std::vector<uint8_t> out(in.size());
