@@ -34,8 +34,8 @@ struct Layout {
 };
 
 constexpr size_t kHeaderBytes = 64;
-constexpr uint8_t kFormatVersion = 2;  // docs/codec-format.md
-constexpr size_t kMaxTileSymbols = 16384;
+constexpr uint8_t kFormatVersion = plan::kFormatVersion;  // docs/codec-format.md
+constexpr size_t kMaxTileSymbols = size_t{1} << plan::kMaxTileLog2;
 constexpr uint32_t kProbBits = 12;
 constexpr uint32_t kMaxTables = 16;
 

@@ -58,6 +58,7 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 // lose 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
 // elements, whose coded tiles are smallest, always use 16384.
 constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
+constexpr uint8_t kFormatVersion = 2;  // header byte 4; version 1 had no tile size field
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
   return elem_bytes >= 2 && elements >= (uint64_t{1} << 18) && elements <= (uint64_t{1} << 25) ? 13 : 14;
 }

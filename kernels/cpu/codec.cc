@@ -794,8 +794,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     for (int sy = 0; sy < 256; ++sy) enc[t * 256 + sy] = best.tables[t].freq[sy] | best.tables[t].cum[sy] << 16;
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
-    dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of,
-                        sp.info.exp_bits, best.tables, enc, &tile_bytes[t]);
+    dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of, sp.info.exp_bits, best.tables,
+                        enc, &tile_bytes[t]);
   });
 
   // 4. Assemble, or store when coding does not pay.
@@ -873,8 +873,7 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   p.info.channel_groups = flags & kFlagChannelGroups;
   if (p.info.stored) {
     if (p.info.channel_groups || p.info.tables != 0 || p.info.tile_log2 != 0 || p.info.tiles != 0 ||
-        p.info.raw_plane_bytes != 0 ||
-        payload != p.info.original_bytes) {
+        p.info.raw_plane_bytes != 0 || payload != p.info.original_bytes) {
       return Corrupt("inconsistent stored chunk");
     }
     return p;
@@ -1005,8 +1004,8 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
     }
     const int nt = Threads(threads, p.info.tiles);
     std::vector<absl::Status> status(p.info.tiles);
+    const uint64_t tile = uint64_t{1} << p.info.tile_log2;
     ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
-      const uint64_t tile = uint64_t{1} << p.info.tile_log2;
       const uint64_t b = t * tile, e = std::min<uint64_t>(n, (t + 1) * tile);
       status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym);
     });

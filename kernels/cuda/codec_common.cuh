@@ -3,15 +3,15 @@
 
 #include <cstdint>
 
+#include "kernels/codec_plan.h"
 #include "kernels/cuda/codec_cuda.h"
 
 namespace kvferry::codec::cuda {
 
 constexpr uint32_t kHeader = 64;
-constexpr uint8_t kVersion = 2;
 // Symbols per tile: 1 << tile_log2 (plan::TileLog2), at most this many. A
 // chunk's largest possible tile count is its input bytes / kMaxTile (+1).
-constexpr uint32_t kMaxTile = 16384;
+constexpr uint32_t kMaxTile = 1u << plan::kMaxTileLog2;
 constexpr uint32_t kProbBits = 12;
 constexpr uint32_t kM = 1u << kProbBits;
 constexpr uint32_t kL = 1u << 16;

@@ -47,7 +47,7 @@ __global__ void ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspac
     ws.sum[c] = 0;
     const uint8_t* in = ch.data;
     do {
-      if (ch.bytes < kHeader || in[0] != 'K' || in[1] != 'V' || in[2] != 'Z' || in[3] != '1' || in[4] != kVersion) {
+      if (ch.bytes < kHeader || in[0] != 'K' || in[1] != 'V' || in[2] != 'Z' || in[3] != '1' || in[4] != plan::kFormatVersion) {
         err = kBadHeader;
         break;
       }

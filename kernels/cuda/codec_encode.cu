@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, 
   const EncodeChunk ch = chunks[c];
   const uint64_t pay = stored ? p.bytes : payload;
   std::memset(out, 0, kHeader);
-  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = kVersion, out[5] = ch.dtype;
+  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = plan::kFormatVersion, out[5] = ch.dtype;
   St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
   St64(out + 8, p.n);
   St32(out + 16, ch.tokens);
