@@ -56,6 +56,44 @@ __device__ inline bool GetElemInfo(uint32_t dtype, ElemInfo* e) {
   return false;
 }
 
+// The same layouts as compile-time types (dtype codes 1..6), for hot loops:
+// WithElem(dtype, f) calls f(ElemT<...>{}) for the chunk's dtype.
+template <uint32_t kBytes, uint32_t kExp, uint32_t kMant, bool kOpaque>
+struct ElemT {
+  static constexpr uint32_t bytes = kBytes, exp_bits = kExp, mant_bits = kMant;
+  static constexpr uint32_t raw_bits = kOpaque ? 0 : 8 * kBytes - kExp;
+  __device__ __forceinline__ static uint32_t Symbol(uint32_t v) {
+    return kOpaque ? v : (v >> kMant) & ((1u << kExp) - 1);
+  }
+  __device__ __forceinline__ static uint32_t Raw(uint32_t v) {
+    return kOpaque ? 0 : ((v >> (kExp + kMant)) << kMant) | (v & ((1u << kMant) - 1));
+  }
+};
+
+template <typename F>
+__device__ __forceinline__ void WithElem(uint32_t dtype, F&& f) {
+  switch (dtype) {
+    case 1:
+      f(ElemT<2, 8, 7, false>{});
+      break;
+    case 2:
+      f(ElemT<2, 5, 10, false>{});
+      break;
+    case 3:
+      f(ElemT<4, 8, 23, false>{});
+      break;
+    case 4:
+      f(ElemT<1, 4, 3, false>{});
+      break;
+    case 5:
+      f(ElemT<1, 5, 2, false>{});
+      break;
+    case 6:
+      f(ElemT<1, 8, 0, true>{});
+      break;
+  }
+}
+
 // Byte addressing over DeviceBlocks. Block lookups divide by block_bytes with
 // a multiply-high; exact because offset * block_bytes < 2^64 (checked).
 struct Addr {

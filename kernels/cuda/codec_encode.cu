@@ -2,13 +2,14 @@
 // (kernels/cpu/codec.cc Encode), computed in stream-ordered kernels over a
 // batch of chunks (blockIdx.y = chunk throughout):
 //   Setup     check each chunk's request, clear its counters
-//   Split     symbols to the workspace, raw plane straight into the chunk,
-//             order-0 histogram, per-channel symbol sums (KV-aware mode)
-//   Checksum  kvsum64 of the input
+//   Split     one pass over the input: kvsum64, the raw plane straight into
+//             the chunk, the order-0 histogram, per-channel symbol sums
+//             (KV-aware mode)
 //   Rank      channels ranked by mean exponent -> 16 groups (KV-aware mode)
 //   Hist16    histograms of the 16 channel groups (KV-aware mode)
 //   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
-//   Tiles     one warp per 16384-symbol tile: rANS, or RAW when not smaller
+//   Tiles     one warp per tile: symbols from the input, rANS, or RAW when
+//             not smaller
 //   Layout    tile offsets (scan), directory, header; STORED when not smaller
 //   Copy      tiles (or, when STORED, the input) into place
 #include <cstring>
@@ -25,11 +26,12 @@ namespace kvferry::codec::cuda {
 namespace {
 
 constexpr uint32_t kScratch = 128 + 2 * kMaxTile;    // a tile's worst case: states + one word per symbol
-constexpr uint32_t kSplitElems = kMaxTile;         // elements per Split/Hist16 CUDA block
+constexpr uint32_t kSplitElems = kMaxTile;         // elements per Hist16 CUDA block
 constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
 
 struct ChunkPlan {
   ElemInfo e;
+  uint32_t dtype;
   Addr in;
   uint64_t n, bytes, raw_plane, channels;
   uint32_t tile_log2, tiles;      // symbols per tile (log2), tiles
@@ -53,7 +55,6 @@ struct Workspace {
   uint32_t* entry;             // [chunks][max_tiles] directory entries
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
   uint64_t* tile_dst;          // [chunks][max_tiles] chunk offset of each tile
-  uint8_t* sym;                // [chunks][max_elems]
   uint8_t* scratch;            // [chunks][max_tiles][kScratch]
   uint64_t* estimate;          // [chunks] split-send estimates, or null
   uint64_t max_elems;
@@ -80,6 +81,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
         err = kBadInput;
         break;
       }
+      p.dtype = ch.dtype;
       p.bytes = ch.bytes;
       p.n = ch.bytes / p.e.bytes;
       if (p.n > ws.max_elems || p.n > kMaxElements) {
@@ -113,131 +115,187 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
 
 // ---- Split ------------------------------------------------------------------
 
-// Loads the (up to) 8 elements of group g into v; `count` are valid.
-__device__ __forceinline__ void LoadGroup(const ChunkPlan& p, uint64_t g, uint32_t count, uint32_t* v) {
-  const uint64_t off = g * 8 * p.e.bytes;
-  const uint8_t* src = p.in.At(off);  // a group never straddles blocks (block_bytes % 64 == 0)
-  if (count == 8) {
-    if (p.e.bytes == 2) {
-      const uint4 q = *reinterpret_cast<const uint4*>(src);
-      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-      for (int k = 0; k < 4; ++k) {
-        v[2 * k] = w[k] & 0xffff;
-        v[2 * k + 1] = w[k] >> 16;
+// Element k of the 16 / bytes elements in the 16-byte piece q.
+template <typename E>
+__device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
+  const uint32_t i = E::bytes == 1 ? k / 4 : E::bytes == 2 ? k / 2 : k;
+  const uint32_t w = i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+  return E::bytes == 1 ? (w >> (8 * (k % 4))) & 0xff : E::bytes == 2 ? (w >> (16 * (k % 2))) & 0xffff : w;
+}
+
+// A warp's part of SplitKernel: the 4 KiB checksum block at blk. Lane l
+// takes the 16-byte pieces at l * 16 + 512 i; returns its kvsum64 sums of
+// the pieces' first (S0, D0) and second (S1, D1) words.
+template <typename E>
+__device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
+                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint64_t* S0,
+                                          uint64_t* D0, uint64_t* S1, uint64_t* D1) {
+  constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t C = static_cast<uint32_t>(p.channels);
+  const bool raw8_aligned = reinterpret_cast<uintptr_t>(raw_out) % 8 == 0;
+  // A lane's 8 pieces in rounds of 2: the loads first, then the work.
+  constexpr uint32_t kPieces = checksum::kBlockBytes / 512, kBatch = 2;
+  for (uint32_t i0 = 0; i0 < kPieces; i0 += kBatch) {
+    uint4 qs[kBatch];
+#pragma unroll
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      const uint64_t off = blk + 512 * (i0 + i) + 16 * lane;
+      if (off + 16 <= p.bytes) {
+        qs[i] = *reinterpret_cast<const uint4*>(p.in.At(off));  // 16-aligned, never straddles blocks
+      } else {
+        uint32_t w[4] = {0, 0, 0, 0};
+        const uint8_t* src = off < p.bytes ? p.in.At(off) : nullptr;
+#pragma unroll
+        for (uint32_t k = 0; k < 16; ++k) {
+          if (off + k < p.bytes) w[k / 4] |= static_cast<uint32_t>(src[k]) << (8 * (k % 4));
+        }
+        qs[i] = make_uint4(w[0], w[1], w[2], w[3]);
       }
-    } else if (p.e.bytes == 1) {
-      const uint2 q = *reinterpret_cast<const uint2*>(src);
-      for (int k = 0; k < 4; ++k) {
-        v[k] = (q.x >> (8 * k)) & 0xff;
-        v[4 + k] = (q.y >> (8 * k)) & 0xff;
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      const uint32_t at = 512 * (i0 + i) + 16 * lane;  // byte offset in the checksum block
+      const uint64_t off = blk + at;
+      if (off >= p.bytes) break;
+      const uint32_t len = static_cast<uint32_t>(min(uint64_t{16}, p.bytes - off));
+      const uint4 q = qs[i];
+      // kvsum64: words at bytes at and at + 8; a partial word is the chunk's tail.
+      uint64_t w0 = q.x | static_cast<uint64_t>(q.y) << 32, w1 = q.z | static_cast<uint64_t>(q.w) << 32;
+      if (len < 8) w0 ^= static_cast<uint64_t>(len) << 56;
+      *S0 += checksum::Product(w0, key[at / 8]);
+      *D0 += w0;
+      if (len > 8) {
+        if (len < 16) w1 ^= static_cast<uint64_t>(len - 8) << 56;
+        *S1 += checksum::Product(w1, key[at / 8 + 1]);
+        *D1 += w1;
       }
-    } else {
-      const uint4 a = *reinterpret_cast<const uint4*>(src);
-      const uint4 b = *reinterpret_cast<const uint4*>(src + 16);
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      if (!code) continue;
+      // Symbols into the histogram (and channel sums), raw parts packed
+      // LSB-first into lo:hi (at most 96 bits). Elements past the chunk's
+      // end are zeros (their raw bits pad the plane's last group).
+      const uint32_t count = len / E::bytes;
+      const uint64_t e0 = off / E::bytes;
+      uint32_t chn = p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
+      uint64_t lo = 0, hi = 0;
+#pragma unroll
+      for (uint32_t k = 0; k < per; ++k) {
+        const uint32_t v = len == 16 || k < count ? PieceElement<E>(q, k) : 0;
+        if (len == 16 || k < count) {
+          const uint32_t sy = E::Symbol(v);
+          atomicAdd(&hist[sy / 2][lane], 1u << (16 * (sy % 2)));
+          if (p.grouping) {
+            atomicAdd(&chsum[chn], sy);
+            if (++chn == C) chn = 0;
+          }
+        }
+        if (width != 0) {
+          const uint64_t r = E::Raw(v);
+          const uint32_t bit = k * width;
+          if (bit < 64) {
+            lo |= r << bit;
+            if (bit + width > 64) hi |= r >> (64 - bit);
+          } else {
+            hi |= r << (bit - 64);
+          }
+        }
+      }
+      if (span == 0) continue;
+      const uint64_t start = off / 16 * span;
+      if (span == 8 && len == 16 && raw8_aligned) {  // bf16, fp8 e4m3
+        *reinterpret_cast<uint64_t*>(raw_out + start) = lo;
+        continue;
+      }
+      // Cut at the end of the raw plane (a short last piece).
+      const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
+      for (uint32_t o = 0; o < n; ++o) raw_out[start + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
+      // The last piece also zeroes the rest of the plane's last group (fp32:
+      // a piece is half a group).
+      if (off + 16 >= p.bytes) {
+        for (uint64_t b = start + span; b < p.raw_plane; ++b) raw_out[b] = 0;
+      }
     }
-    return;
-  }
-  for (uint32_t k = 0; k < 8; ++k) {
-    uint32_t x = 0;
-    if (k < count) {
-      for (uint32_t b = 0; b < p.e.bytes; ++b) x |= static_cast<uint32_t>(src[k * p.e.bytes + b]) << (8 * b);
-    }
-    v[k] = x;
   }
 }
 
-__global__ void __launch_bounds__(256) SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+// One pass over the input. A CUDA block takes kSplitBytes, a warp one 4 KiB
+// checksum block of it, a lane one 16-byte piece per step (lane + 32 i):
+//   - kvsum64: the piece's two words belong to checksum lanes 2 (lane % 4)
+//     and 2 (lane % 4) + 1, summed per lane and finished with two butterflies;
+//   - the raw plane: a piece holds 16 / eb elements, a whole number of bytes
+//     of raw plane for every dtype (at most 12), packed and written in place;
+//   - the order-0 histogram: 16-bit counters, two symbols a word, one column
+//     per lane (hist[s / 2][lane]): no two lanes of a warp touch the same word
+//     or bank;
+//   - KV-aware mode: per-channel symbol sums.
+// STORED chunks need only the checksum.
+constexpr uint32_t kSplitBytes = 32 * 1024;
+constexpr uint32_t kSplitWarps = kSplitBytes / checksum::kBlockBytes;
+constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4;
+
+__global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeChunk* chunks, const int32_t* status,
+                                                                   Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
-  const uint64_t e0 = static_cast<uint64_t>(blockIdx.x) * kSplitElems;
-  if (p.stored || e0 >= p.n) return;
-  __shared__ uint32_t hist[8][256];
-  __shared__ uint32_t chsum[kMaxGroupedChannels];
-  for (uint32_t k = threadIdx.x; k < 8 * 256; k += blockDim.x) (&hist[0][0])[k] = 0;
+  const uint64_t b0 = static_cast<uint64_t>(blockIdx.x) * kSplitBytes;
+  if (b0 >= p.bytes) return;
+  extern __shared__ uint64_t split_smem[];  // kSplitShared bytes
+  uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
+  auto hist = reinterpret_cast<uint32_t(*)[32]>(key + checksum::kWordsPerBlock);  // [128][32]
+  uint32_t* chsum = &hist[128][0];                                                 // [kMaxGroupedChannels]
+  const bool code = !p.stored;
   const uint32_t C = static_cast<uint32_t>(p.channels);
-  if (p.grouping) {
+  for (uint32_t k = threadIdx.x; k < 128 * 32; k += blockDim.x) (&hist[0][0])[k] = 0;
+  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
+  if (code && p.grouping) {
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
   }
   __syncthreads();
-  uint32_t* h = hist[threadIdx.x / 32];
-  uint8_t* raw_out = chunks[c].out + kHeader;
-  uint8_t* sym_out = ws.sym + c * ws.max_elems;
-  const uint64_t e1 = min(p.n, e0 + kSplitElems);
-  const uint32_t base_ch = p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
-  const bool raw8_aligned = reinterpret_cast<uintptr_t>(raw_out) % 8 == 0;
-  for (uint64_t i = e0 + 8ull * threadIdx.x; i < e1; i += 8ull * blockDim.x) {
-    const uint64_t g = i / 8;
-    const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(8), e1 - i));
-    uint32_t v[8], s[8], r[8];
-    LoadGroup(p, g, count, v);
-    for (int k = 0; k < 8; ++k) {
-      s[k] = p.e.Symbol(v[k]);
-      r[k] = p.e.Raw(v[k]);
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint64_t blk = b0 + static_cast<uint64_t>(warp) * checksum::kBlockBytes;
+  if (blk < p.bytes) {  // uniform over the warp
+    uint64_t S0 = 0, D0 = 0, S1 = 0, D1 = 0;
+    WithElem(p.dtype, [&](auto e) {
+      SplitWarp<decltype(e)>(p, blk, chunks[c].out + kHeader, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+    });
+    // Lanes with equal lane % 4 hold the same two checksum lanes.
+    for (int o = 4; o < 32; o *= 2) {
+      S0 += __shfl_xor_sync(0xffffffffu, S0, o);
+      D0 += __shfl_xor_sync(0xffffffffu, D0, o);
+      S1 += __shfl_xor_sync(0xffffffffu, S1, o);
+      D1 += __shfl_xor_sync(0xffffffffu, D1, o);
     }
-    if (count == 8) {
-      const uint2 sv = {s[0] | s[1] << 8 | s[2] << 16 | s[3] << 24, s[4] | s[5] << 8 | s[6] << 16 | s[7] << 24};
-      *reinterpret_cast<uint2*>(sym_out + i) = sv;
-    } else {
-      for (uint32_t k = 0; k < count; ++k) sym_out[i + k] = static_cast<uint8_t>(s[k]);
-    }
-    for (uint32_t k = count; k < 8; ++k) r[k] = 0;  // the last group is zero-padded
-    if (p.e.raw_bits == 8 && raw8_aligned) {
-      const uint2 rv = {r[0] | r[1] << 8 | r[2] << 16 | r[3] << 24, r[4] | r[5] << 8 | r[6] << 16 | r[7] << 24};
-      *reinterpret_cast<uint2*>(raw_out + g * 8) = rv;
-    } else if (p.e.raw_bits != 0) {
-      PackGroup8(r, p.e.raw_bits, raw_out + g * p.e.raw_bits);
-    }
-    for (uint32_t k = 0; k < count; ++k) atomicAdd(&h[s[k]], 1u);
-    if (p.grouping) {
-      uint32_t chn = (base_ch + static_cast<uint32_t>(i - e0)) % C;
-      for (uint32_t k = 0; k < count; ++k) {
-        atomicAdd(&chsum[chn], s[k]);
-        if (++chn == C) chn = 0;
-      }
+    const uint64_t index = blk / checksum::kBlockBytes;
+    const int l0 = 2 * static_cast<int>(lane % 4);
+    const uint64_t acc_even = checksum::Seed(index, l0) + S0 + D1;  // acc[l] = seed + S[l] + D[l ^ 1]
+    const uint64_t acc_odd = checksum::Seed(index, l0 + 1) + S1 + D0;
+    uint64_t lanes[checksum::kLanes];
+    for (int l = 0; l < checksum::kLanes; ++l) lanes[l] = __shfl_sync(0xffffffffu, l % 2 ? acc_odd : acc_even, l / 2);
+    if (lane == 0) {
+      const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
+      atomicAdd(&ws.sum[c], static_cast<unsigned long long>(checksum::MergeLanes(lanes, m)));
     }
   }
+  if (!code) return;  // uniform for the block
   __syncthreads();
-  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) {
+  {
+    // Symbol k's count: its half of hist[k / 2][*], the columns read rotated
+    // so that a warp's 32 threads hit 32 banks.
+    const uint32_t k = threadIdx.x;
     uint32_t t = 0;
-    for (int w = 0; w < 8; ++w) t += hist[w][k];
+    for (uint32_t j = 0; j < 32; ++j) t += (hist[k / 2][(j + k) % 32] >> (16 * (k % 2))) & 0xffff;
     if (t != 0) atomicAdd(&ws.hist[c * 256ull + k], static_cast<unsigned long long>(t));
   }
   if (p.grouping) {
-    const uint32_t touched = static_cast<uint32_t>(min(static_cast<uint64_t>(C), e1 - e0));
+    const uint64_t e_begin = b0 / p.e.bytes, e_end = min(p.n, (b0 + kSplitBytes) / p.e.bytes);
+    const uint32_t touched = static_cast<uint32_t>(min(static_cast<uint64_t>(C), e_end - e_begin));
+    const uint32_t base_ch = static_cast<uint32_t>(e_begin % C);
     for (uint32_t k = threadIdx.x; k < touched; k += blockDim.x) {
       const uint32_t chn = (base_ch + k) % C;
       atomicAdd(&ws.chsum[c * 1ull * kMaxGroupedChannels + chn], static_cast<unsigned long long>(chsum[chn]));
     }
   }
-}
-
-// ---- Checksum -----------------------------------------------------------------
-
-struct GatherBytes {
-  Addr a;
-  __device__ __forceinline__ uint64_t Word(uint64_t off) const {
-    return *reinterpret_cast<const uint64_t*>(a.At(off));  // 8-aligned: blocks are 16-aligned, multiples of 64
-  }
-  __device__ __forceinline__ uint8_t Byte(uint64_t off) const { return *a.At(off); }
-};
-
-// A warp per 4 KiB checksum block, eight per CUDA block.
-constexpr uint32_t kChecksumWarps = 8;
-
-__global__ void __launch_bounds__(kChecksumWarps * 32) ChecksumKernel(const int32_t* status, Workspace ws) {
-  const int c = blockIdx.y;
-  if (status[c] != kOk) return;
-  const ChunkPlan& p = ws.plan[c];
-  const uint64_t nblocks = (p.bytes + checksum::kBlockBytes - 1) / checksum::kBlockBytes;
-  const uint64_t block = blockIdx.x * static_cast<uint64_t>(kChecksumWarps) + threadIdx.x / 32;
-  if (blockIdx.x * static_cast<uint64_t>(kChecksumWarps) >= nblocks) return;
-  __shared__ uint64_t key[checksum::kWordsPerBlock];
-  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
-  __syncthreads();
-  const GatherBytes src{p.in};
-  kvferry::cuda::Kvsum64WarpBlockFrom(src, p.bytes, block, key, block < nblocks, &ws.sum[c]);
 }
 
 // ---- tables ----------------------------------------------------------------------
@@ -364,6 +422,75 @@ __global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Worksp
   }
 }
 
+// The raw bytes of elements [e, e + 16) into q[0 .. E::bytes) (zeros past
+// the chunk's end). 16 elements are 16, 32 or 64 bytes at a multiple of that
+// offset, so they never straddle a block of the list (block sizes are
+// multiples of 64).
+template <typename E>
+__device__ __forceinline__ void LoadElems16(const ChunkPlan& p, uint64_t e, uint4* q) {
+  constexpr uint32_t eb = E::bytes;
+  if (e + 16 <= p.n) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.in.At(e * eb));
+#pragma unroll
+    for (uint32_t k = 0; k < eb; ++k) q[k] = src[k];
+    return;
+  }
+  uint32_t v[16];
+  const uint8_t* src = e < p.n ? p.in.At(e * eb) : nullptr;
+#pragma unroll
+  for (uint32_t k = 0; k < 16; ++k) {
+    v[k] = 0;
+    if (e + k < p.n) {
+#pragma unroll
+      for (uint32_t b = 0; b < eb; ++b) v[k] |= static_cast<uint32_t>(src[k * eb + b]) << (8 * b);
+    }
+  }
+#pragma unroll
+  for (uint32_t k = 0; k < eb; ++k) {
+    if (eb == 1) {
+      q[0] = make_uint4(v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24, v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24,
+                        v[8] | v[9] << 8 | v[10] << 16 | v[11] << 24, v[12] | v[13] << 8 | v[14] << 16 | v[15] << 24);
+    } else if (eb == 2) {
+      q[k] = make_uint4(v[8 * k] | v[8 * k + 1] << 16, v[8 * k + 2] | v[8 * k + 3] << 16,
+                        v[8 * k + 4] | v[8 * k + 5] << 16, v[8 * k + 6] | v[8 * k + 7] << 16);
+    } else {
+      q[k] = make_uint4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    }
+  }
+}
+
+// The symbols of the 16 elements in q[0 .. E::bytes) as 16 bytes.
+template <typename E>
+__device__ __forceinline__ uint4 SymbolsOf16(const uint4* q) {
+  uint32_t out[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (uint32_t k = 0; k < 16; ++k) {
+    const uint32_t per = 16 / E::bytes;  // elements per uint4
+    out[k / 4] |= E::Symbol(PieceElement<E>(q[k / per], k % per)) << (8 * (k % 4));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// The same with the dtype known at run time only.
+__device__ __forceinline__ uint4 LoadSymbols16(const ChunkPlan& p, uint64_t e) {
+  uint4 r = make_uint4(0, 0, 0, 0);
+  WithElem(p.dtype, [&](auto el) {
+    using E = decltype(el);
+    uint4 q[4];
+    LoadElems16<E>(p, e, q);
+    r = SymbolsOf16<E>(q);
+  });
+  return r;
+}
+
+// The symbol of element e (< n).
+__device__ __forceinline__ uint32_t SymbolAt(const ChunkPlan& p, uint64_t e) {
+  const uint8_t* src = p.in.At(e * p.e.bytes);  // an element never straddles blocks
+  uint32_t v = 0;
+  for (uint32_t b = 0; b < p.e.bytes; ++b) v |= static_cast<uint32_t>(src[b]) << (8 * b);
+  return p.e.Symbol(v);
+}
+
 __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
@@ -378,16 +505,11 @@ __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Works
   __syncthreads();
   const uint64_t e1 = min(p.n, e0 + kSplitElems);
   const uint32_t base_ch = static_cast<uint32_t>(e0 % C);
-  const uint8_t* sym = ws.sym + c * ws.max_elems;
   for (uint64_t i = e0 + 16ull * threadIdx.x; i < e1; i += 16ull * blockDim.x) {
     const uint32_t count = static_cast<uint32_t>(min(static_cast<uint64_t>(16), e1 - i));
+    const uint4 q = LoadSymbols16(p, i);
     uint8_t s[16];
-    if (count == 16) {
-      const uint4 q = *reinterpret_cast<const uint4*>(sym + i);
-      std::memcpy(s, &q, 16);
-    } else {
-      for (uint32_t k = 0; k < count; ++k) s[k] = sym[i + k];
-    }
+    std::memcpy(s, &q, 16);
     uint32_t chn = (base_ch + static_cast<uint32_t>(i - e0)) % C;
     for (uint32_t k = 0; k < count; ++k) {
       atomicAdd(&hist[group[chn] * 256 + s[k]], 1u);
@@ -575,7 +697,6 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
   const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
-  const uint8_t* sym = ws.sym + c * ws.max_elems + begin;
   uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + tile) * kScratch;
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
@@ -590,7 +711,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   };
   if (full < rounds) {  // the partial last round first
     const uint32_t j = 32 * full + lane;
-    const uint32_t s = j < n ? sym[j] : 0;
+    const uint32_t s = j < n ? SymbolAt(p, begin + j) : 0;
     EncodeStep(j < n, enc[(groups ? map[chn] * 256u : 0u) + s], lt, words_end, x, emitted);
     step_back();
   }
@@ -599,34 +720,38 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[warp][0]);
   const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
   const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
-  // Symbol planes are padded to whole tiles, so a segment's 512 bytes are
-  // always readable (beyond `full` rounds they are not used).
-  uint4 next = segs > 0 ? reinterpret_cast<const uint4*>(sym + 512u * (segs - 1))[lane] : make_uint4(0, 0, 0, 0);
-  for (uint32_t sg = segs; sg-- > 0;) {
-    stage[warp][sg & 1][lane] = next;
-    if (sg > 0) next = reinterpret_cast<const uint4*>(sym + 512u * (sg - 1))[lane];
-    __syncwarp();
-    const uint8_t* st = (sg & 1) ? st1 : st0;
-    const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
-    if (groups) {
-      for (uint32_t r = r1; r-- > r0;) {
-        EncodeStep(true, enc[map[chn] * 256u + st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
-        step_back();
-      }
-    } else if (r1 - r0 == kStageRounds) {
+  WithElem(p.dtype, [&](auto el) {
+    using E = decltype(el);
+    // A lane loads 16 elements of the segment (their symbols are staged when
+    // the segment's turn comes, so no register waits on the load before that).
+    uint4 next[E::bytes];
+    if (segs > 0) LoadElems16<E>(p, begin + 512u * (segs - 1) + 16 * lane, next);
+    for (uint32_t sg = segs; sg-- > 0;) {
+      stage[warp][sg & 1][lane] = SymbolsOf16<E>(next);
+      if (sg > 0) LoadElems16<E>(p, begin + 512u * (sg - 1) + 16 * lane, next);
+      __syncwarp();
+      const uint8_t* st = (sg & 1) ? st1 : st0;
+      const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
+      if (groups) {
+        for (uint32_t r = r1; r-- > r0;) {
+          EncodeStep(true, enc[map[chn] * 256u + st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+          step_back();
+        }
+      } else if (r1 - r0 == kStageRounds) {
 #pragma unroll
-      for (int r = kStageRounds - 1; r >= 0; --r) EncodeStep(true, enc[st[r * 32 + lane]], lt, words_end, x, emitted);
-    } else {
-      for (uint32_t r = r1; r-- > r0;) EncodeStep(true, enc[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+        for (int r = kStageRounds - 1; r >= 0; --r) EncodeStep(true, enc[st[r * 32 + lane]], lt, words_end, x, emitted);
+      } else {
+        for (uint32_t r = r1; r-- > r0;) EncodeStep(true, enc[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+      }
     }
-  }
+  });
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t raw = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
   if (coded >= raw) {
     __syncwarp();
     for (uint32_t g = lane; g < (n + 7) / 8; g += 32) {
       uint32_t v[8];
-      for (uint32_t k = 0; k < 8; ++k) v[k] = 8 * g + k < n ? sym[8 * g + k] : 0;
+      for (uint32_t k = 0; k < 8; ++k) v[k] = 8 * g + k < n ? SymbolAt(p, begin + 8 * g + k) : 0;
       PackGroup8(v, p.e.exp_bits, scratch + g * p.e.exp_bits);
     }
     for (uint32_t b = (n + 7) / 8 * p.e.exp_bits + lane; b < raw; b += 32) scratch[b] = 0;
@@ -774,7 +899,11 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 2 * 4096 * 4) +
-                         n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch)) + n * e->max_elems_;
+                         n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch));
+  if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
+      cudaSuccess) {
+    return absl::InternalError("cannot give the split kernel its shared memory");
+  }
   if (cudaFuncSetAttribute(RankKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kMaxGroupedChannels * sizeof(uint64_t))) != cudaSuccess) {
     return absl::InternalError("cannot give the rank kernel its shared memory");
@@ -825,18 +954,15 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
   ws.tile_dst = reinterpret_cast<uint64_t*>(take(n * max_tiles_ * 8));
   ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
-  ws.sym = take(n * max_elems_);
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;
-  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
-  const uint64_t checksum_blocks = (max_chunk_bytes_ + 4095) / 4096;
+  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitBytes - 1) / kSplitBytes);
+  const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
   SetupKernel<<<count, 256, 0, stream>>>(chunks, status, sizes, ws);
-  SplitKernel<<<dim3(split_blocks, count), 256, 0, stream>>>(chunks, status, ws);
-  ChecksumKernel<<<dim3(static_cast<unsigned>((checksum_blocks + kChecksumWarps - 1) / kChecksumWarps), count),
-                   kChecksumWarps * 32, 0, stream>>>(status, ws);
+  SplitKernel<<<dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream>>>(chunks, status, ws);
   RankKernel<<<count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream>>>(status, ws);
-  Hist16Kernel<<<dim3(split_blocks, count), 256, 0, stream>>>(status, ws);
+  Hist16Kernel<<<dim3(hist16_blocks, count), 256, 0, stream>>>(status, ws);
   PlanKernel<<<count, 256, 0, stream>>>(chunks, status, ws);
   if (split != nullptr && split->planned != nullptr) {
     if (const cudaError_t e = cudaEventRecord(split->planned, stream); e != cudaSuccess) return e;
