@@ -10,8 +10,8 @@
 //   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
 //   Tiles     one warp per tile: symbols from the input, rANS, or RAW when
 //             not smaller
-//   Layout    tile offsets (scan), directory, header; STORED when not smaller
-//   Copy      tiles (or, when STORED, the input) into place
+//   Place     tiles into place (each block finds its offsets), directory,
+//             header; STORED (the input copied) when not smaller
 #include <cstring>
 #include <vector>
 
@@ -28,6 +28,10 @@ namespace {
 constexpr uint32_t kScratch = 128 + 2 * kMaxTile;    // a tile's worst case: states + one word per symbol
 constexpr uint32_t kSplitElems = kMaxTile;         // elements per Hist16 CUDA block
 constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
+
+// Tile size sums per chunk: the total, then one per 64 tiles.
+constexpr uint32_t kTsumGroup = 64;
+__host__ __device__ constexpr uint32_t TsumSlots(uint32_t max_tiles) { return 1 + (max_tiles + kTsumGroup - 1) / kTsumGroup; }
 
 struct ChunkPlan {
   ElemInfo e;
@@ -54,7 +58,7 @@ struct Workspace {
   uint32_t* rcp;               // [chunks][16][256] floor((2^32 - 1) / freq)
   uint32_t* entry;             // [chunks][max_tiles] directory entries
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
-  uint64_t* tile_dst;          // [chunks][max_tiles] chunk offset of each tile
+  unsigned long long* tsum;    // [chunks][kTsumSlots(max_tiles)]: [0] all tiles' sizes, [1 + g] tiles 64 g ..
   uint8_t* scratch;            // [chunks][max_tiles][kScratch]
   uint64_t* estimate;          // [chunks] split-send estimates, or null
   uint64_t max_elems;
@@ -108,6 +112,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
   __syncthreads();
   if (err != kOk) return;
   for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) ws.hist[c * 256ull + k] = 0;
+  for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
   if (!p.grouping) return;  // the group histograms and channel sums are used only then
   for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
   for (uint32_t k = threadIdx.x; k < p.channels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
@@ -615,6 +620,10 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     // room (unless STORED is not allowed: split-send).
     stored = p.tiles_off - kHeader >= p.bytes && (chunks[c].allow_stored || p.raw_plane == 0);
     if (stored) p.stored = 1;
+    // Zeros between the directory and tile 0 (a STORED chunk overwrites them).
+    if (p.tiles_off <= chunks[c].out_capacity) {
+      for (uint64_t b = dir_end; b < p.tiles_off; ++b) chunks[c].out[b] = 0;
+    }
     if (!stored && ws.estimate != nullptr) ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
   }
   __syncthreads();
@@ -669,6 +678,12 @@ __device__ __forceinline__ void EncodeStep(bool active, uint2 e, uint32_t lt, ui
   uint32_t rem = v - q * f;
   if (rem >= f) ++q, rem -= f;
   if (active) x = (q << kProbBits) + rem + (e.x >> 16);
+}
+
+__device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t tile, uint32_t size) {
+  unsigned long long* t = ws.tsum + c * 1ull * TsumSlots(ws.max_tiles);
+  atomicAdd(&t[0], static_cast<unsigned long long>(size));
+  atomicAdd(&t[1 + tile / kTsumGroup], static_cast<unsigned long long>(size));
 }
 
 constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
@@ -755,88 +770,59 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
       PackGroup8(v, p.e.exp_bits, scratch + g * p.e.exp_bits);
     }
     for (uint32_t b = (n + 7) / 8 * p.e.exp_bits + lane; b < raw; b += 32) scratch[b] = 0;
-    if (lane == 0) ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = raw | kTileRaw;
+    if (lane == 0) {
+      ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = raw | kTileRaw;
+      AddTileSize(ws, c, tile, raw);
+    }
     return;
   }
   reinterpret_cast<uint32_t*>(scratch)[lane] = x;
   if (lane == 0) {
     ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = coded;
     ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + tile] = emitted;
+    AddTileSize(ws, c, tile, coded);
   }
 }
 
-// ---- layout and copy -----------------------------------------------------------------
+// ---- finish -----------------------------------------------------------------------
 
-// One block per chunk: tile offsets by a block-wide scan, the directory, the
-// header and the chunk's size.
-__global__ void __launch_bounds__(1024) LayoutKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes,
-                                                     Workspace ws) {
-  const int c = blockIdx.x;
-  if (status[c] != kOk) return;
-  ChunkPlan& p = ws.plan[c];
-  uint8_t* out = chunks[c].out;
-  __shared__ uint64_t payload;
-  __shared__ uint32_t stored, too_big;
-  if (threadIdx.x == 0) stored = p.stored, too_big = 0;
-  __syncthreads();
-  if (!stored) {
-    const uint32_t per = (p.tiles + blockDim.x - 1) / blockDim.x;
-    const uint32_t t0 = min(p.tiles, threadIdx.x * per), t1 = min(p.tiles, t0 + per);
-    const uint32_t* entry = ws.entry + static_cast<uint64_t>(c) * ws.max_tiles;
-    uint64_t mine = 0;
-    for (uint32_t t = t0; t < t1; ++t) mine += entry[t] & ~kTileRaw;
-    uint64_t total = 0;
-    const uint64_t before = BlockExclusiveScan(mine, &total);
-    if (threadIdx.x == 0) {
-      payload = p.tiles_off - kHeader + total;
-      if (payload >= p.bytes && (chunks[c].allow_stored || p.raw_plane == 0)) stored = p.stored = 1;
-      if (!stored && kHeader + payload > chunks[c].out_capacity) {
-        status[c] = kOutputTooSmall;  // only without STORED (the capacity check in Setup covers the rest)
-        too_big = 1;
-      }
-    }
-    __syncthreads();
-    if (too_big) return;
-    if (!stored) {
-      uint64_t off = p.tiles_off + before;
-      for (uint32_t t = t0; t < t1; ++t) {
-        ws.tile_dst[static_cast<uint64_t>(c) * ws.max_tiles + t] = off;
-        St32(out + p.dir_off + 4ull * t, entry[t]);
-        off += entry[t] & ~kTileRaw;
-      }
-      for (uint64_t b = p.dir_off + 4ull * p.tiles + threadIdx.x; b < p.tiles_off; b += blockDim.x) out[b] = 0;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const EncodeChunk ch = chunks[c];
-  const uint64_t pay = stored ? p.bytes : payload;
-  std::memset(out, 0, kHeader);
-  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = plan::kFormatVersion, out[5] = ch.dtype;
-  St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
-  St64(out + 8, p.n);
-  St32(out + 16, ch.tokens);
-  St32(out + 20, ch.heads);
-  St32(out + 24, ch.head_dim);
-  St16(out + 28, stored ? 0 : p.tables);
-  out[30] = stored ? 0 : p.tile_log2;
-  St32(out + 32, stored ? 0 : p.tiles);
-  St64(out + 40, stored ? 0 : p.raw_plane);
-  St64(out + 48, pay);
-  St64(out + 56, kvferry::checksum::Finish(ws.sum[c], p.bytes));
-  sizes[c] = kHeader + pay;
-}
-
-// blockIdx.x = tile (or, for a STORED chunk, a 16 KiB piece of the input).
-__global__ void __launch_bounds__(256) CopyKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+// Tiles into place, a CUDA block per tile (blockIdx.x). Each block finds
+// its tile's offset itself from the sums the Tiles kernel left (per 64 tiles,
+// then single tiles: at most a few hundred loads, no separate scan kernel),
+// and decides STORED from their total; a STORED chunk's blocks copy the input
+// instead, 16 KiB each. Block 0 writes the header and the chunk's size.
+__global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes,
+                                                   Workspace ws) {
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan& p = ws.plan[c];
-  uint8_t* out = chunks[c].out;
+  const EncodeChunk& ch = chunks[c];
+  const uint32_t* entry = ws.entry + static_cast<uint64_t>(c) * ws.max_tiles;
+  const unsigned long long* tsum = ws.tsum + c * 1ull * TsumSlots(ws.max_tiles);
   const uint32_t t = blockIdx.x;
-  if (p.stored) {
+  uint64_t payload = p.bytes, before = 0;
+  bool stored = p.stored;
+  if (!stored) {
+    payload = p.tiles_off - kHeader + tsum[0];
+    if (payload >= p.bytes && (ch.allow_stored || p.raw_plane == 0)) stored = true, payload = p.bytes;
+  }
+  if (!stored && t >= p.tiles && t != 0) return;
+  if (!stored) {
+    // Sizes before tile t: whole groups of 64 tiles, then single tiles.
+    const uint32_t g0 = t / kTsumGroup;
+    uint64_t low = 0;
+    for (uint32_t g = threadIdx.x; g < g0; g += blockDim.x) low += tsum[1 + g];
+    for (uint32_t k = g0 * kTsumGroup + threadIdx.x; k < t; k += blockDim.x) low += entry[k] & ~kTileRaw;
+    __shared__ uint64_t part[8];
+    low = WarpSum(low);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = low;
+    __syncthreads();
+    for (uint32_t w = 0; w < blockDim.x / 32; ++w) before += part[w];
+  }
+  uint8_t* out = ch.out;
+  const bool too_big = !stored && kHeader + payload > ch.out_capacity;  // only without STORED (Setup checks the rest)
+  if (stored) {
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(p.bytes, b0 + kMaxTile);
-    if (b0 >= p.bytes) return;
     // 16-byte pieces never straddle blocks; the destination may be unaligned.
     for (uint64_t b = b0 + 16ull * threadIdx.x; b < b1; b += 16ull * blockDim.x) {
       const uint32_t len = static_cast<uint32_t>(min(static_cast<uint64_t>(16), b1 - b));
@@ -847,43 +833,64 @@ __global__ void __launch_bounds__(256) CopyKernel(const EncodeChunk* chunks, con
         for (uint32_t k = 0; k < len; ++k) out[kHeader + b + k] = src[k];
       }
     }
-    return;
-  }
-  if (t >= p.tiles) return;
-  const uint32_t entry = ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + t];
-  const uint32_t size = entry & ~kTileRaw;
-  const uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + t) * kScratch;
-  uint8_t* dst = out + ws.tile_dst[static_cast<uint64_t>(c) * ws.max_tiles + t];
-  const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
-  if (entry & kTileRaw) {
-    for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
-      const uint32_t v = reinterpret_cast<const uint32_t*>(scratch)[b];
+  } else if (!too_big && t < p.tiles) {
+    const uint32_t e = entry[t], size = e & ~kTileRaw;
+    const uint64_t off = p.tiles_off + before;
+    if (threadIdx.x == 0) St32(out + p.dir_off + 4ull * t, e);
+    const uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + t) * kScratch;
+    uint8_t* dst = out + off;
+    const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+    auto put = [&](uint32_t b, uint32_t v) {  // output word b of the tile
       if (dst4) {
         reinterpret_cast<uint32_t*>(dst)[b] = v;
       } else {
         St32(dst + 4 * b, v);
       }
+    };
+    // Output word b of the tile: RAW tiles as they are; coded ones are the
+    // final states, then the words (which end at the end of the scratch
+    // area), then zero padding to a multiple of 4.
+    const uint32_t* head = reinterpret_cast<const uint32_t*>(scratch);
+    const bool raw = e & kTileRaw;
+    const uint32_t nw = raw ? 0 : ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + t];
+    const uint16_t* words = reinterpret_cast<const uint16_t*>(scratch + kScratch) - nw;
+    auto word = [&](uint32_t b) {
+      if (raw || b < 32) return __ldg(head + b);
+      const uint32_t k = 2 * (b - 32);
+      return (k < nw ? __ldg(words + k) : 0u) | (k + 1 < nw ? static_cast<uint32_t>(__ldg(words + k + 1)) << 16 : 0u);
+    };
+    // Four words a thread per step, loads first: the stores must not wait
+    // on each load in turn.
+    constexpr uint32_t kBatch = 4;
+    for (uint32_t b0 = threadIdx.x; b0 < size / 4; b0 += blockDim.x * kBatch) {
+      uint32_t v[kBatch];
+#pragma unroll
+      for (uint32_t u = 0; u < kBatch; ++u) v[u] = b0 + blockDim.x * u < size / 4 ? word(b0 + blockDim.x * u) : 0;
+#pragma unroll
+      for (uint32_t u = 0; u < kBatch; ++u) {
+        if (b0 + blockDim.x * u < size / 4) put(b0 + blockDim.x * u, v[u]);
+      }
     }
+  }
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (too_big) {
+    status[c] = kOutputTooSmall;
     return;
   }
-  // States, then the words (which end at the end of the scratch area), then
-  // zero padding to a multiple of 4.
-  const uint32_t nw = ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + t];
-  const uint16_t* words = reinterpret_cast<const uint16_t*>(scratch + kScratch) - nw;
-  for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
-    uint32_t v;
-    if (b < 32) {
-      v = reinterpret_cast<const uint32_t*>(scratch)[b];
-    } else {
-      const uint32_t k = 2 * (b - 32);
-      v = (k < nw ? words[k] : 0u) | (k + 1 < nw ? static_cast<uint32_t>(words[k + 1]) << 16 : 0u);
-    }
-    if (dst4) {
-      reinterpret_cast<uint32_t*>(dst)[b] = v;
-    } else {
-      St32(dst + 4 * b, v);
-    }
-  }
+  for (uint32_t k = 0; k < kHeader; ++k) out[k] = 0;
+  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = plan::kFormatVersion, out[5] = ch.dtype;
+  St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
+  St64(out + 8, p.n);
+  St32(out + 16, ch.tokens);
+  St32(out + 20, ch.heads);
+  St32(out + 24, ch.head_dim);
+  St16(out + 28, stored ? 0 : p.tables);
+  out[30] = stored ? 0 : p.tile_log2;
+  St32(out + 32, stored ? 0 : p.tiles);
+  St64(out + 40, stored ? 0 : p.raw_plane);
+  St64(out + 48, payload);
+  St64(out + 56, kvferry::checksum::Finish(ws.sum[c], p.bytes));
+  sizes[c] = kHeader + payload;
 }
 
 }  // namespace
@@ -899,7 +906,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 2 * 4096 * 4) +
-                         n * e->max_tiles_ * (4 + 4 + 8 + static_cast<uint64_t>(kScratch));
+                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch)) + n * TsumSlots(e->max_tiles_) * 8ull;
   if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
       cudaSuccess) {
     return absl::InternalError("cannot give the split kernel its shared memory");
@@ -952,7 +959,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.rcp = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
   ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
   ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
-  ws.tile_dst = reinterpret_cast<uint64_t*>(take(n * max_tiles_ * 8));
+  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
   ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
@@ -969,8 +976,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   }
   TilesKernel<<<dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0, stream>>>(
       status, ws);
-  LayoutKernel<<<count, 1024, 0, stream>>>(chunks, status, sizes, ws);
-  CopyKernel<<<dim3(max_tiles_, count), 256, 0, stream>>>(chunks, status, ws);
+  PlaceKernel<<<dim3(max_tiles_, count), 256, 0, stream>>>(chunks, status, sizes, ws);
   return cudaGetLastError();
 }
 
