@@ -31,7 +31,9 @@ constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
 
 // Tile size sums per chunk: the total, then one per 64 tiles.
 constexpr uint32_t kTsumGroup = 64;
-__host__ __device__ constexpr uint32_t TsumSlots(uint32_t max_tiles) { return 1 + (max_tiles + kTsumGroup - 1) / kTsumGroup; }
+__host__ __device__ constexpr uint32_t TsumSlots(uint32_t max_tiles) {
+  return 1 + (max_tiles + kTsumGroup - 1) / kTsumGroup;
+}
 
 struct ChunkPlan {
   ElemInfo e;
@@ -112,7 +114,9 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
   __syncthreads();
   if (err != kOk) return;
   for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) ws.hist[c * 256ull + k] = 0;
-  for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
+  for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) {
+    ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
+  }
   if (!p.grouping) return;  // the group histograms and channel sums are used only then
   for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
   for (uint32_t k = threadIdx.x; k < p.channels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
@@ -213,7 +217,9 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
       }
       // Cut at the end of the raw plane (a short last piece).
       const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
-      for (uint32_t o = 0; o < n; ++o) raw_out[start + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
+      for (uint32_t o = 0; o < n; ++o) {
+        raw_out[start + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
+      }
       // The last piece also zeroes the rest of the plane's last group (fp32:
       // a piece is half a group).
       if (off + 16 >= p.bytes) {
@@ -624,7 +630,9 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     if (p.tiles_off <= chunks[c].out_capacity) {
       for (uint64_t b = dir_end; b < p.tiles_off; ++b) chunks[c].out[b] = 0;
     }
-    if (!stored && ws.estimate != nullptr) ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
+    if (!stored && ws.estimate != nullptr) {
+      ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
+    }
   }
   __syncthreads();
   if (stored) return;
@@ -906,7 +914,8 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 2 * 4096 * 4) +
-                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch)) + n * TsumSlots(e->max_tiles_) * 8ull;
+                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch)) +
+                         n * TsumSlots(e->max_tiles_) * 8ull;
   if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
       cudaSuccess) {
     return absl::InternalError("cannot give the split kernel its shared memory");
