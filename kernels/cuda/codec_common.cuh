@@ -22,76 +22,67 @@ constexpr uint64_t kMaxElements = 1ull << 40;
 // The encoder groups channels only up to this many (as the CPU reference).
 constexpr uint32_t kMaxGroupedChannels = 8192;
 
-struct ElemInfo {
-  uint32_t bytes = 0, exp_bits = 0, raw_bits = 0, mant_bits = 0;
-  bool opaque = false;
-
-  __device__ uint32_t Symbol(uint32_t v) const { return opaque ? v : (v >> mant_bits) & ((1u << exp_bits) - 1); }
-  __device__ uint32_t Raw(uint32_t v) const {
-    return opaque ? 0 : ((v >> (exp_bits + mant_bits)) << mant_bits) | (v & ((1u << mant_bits) - 1));
-  }
-};
-
-__device__ inline bool GetElemInfo(uint32_t dtype, ElemInfo* e) {
-  switch (dtype) {
-    case 1:
-      *e = {2, 8, 8, 7, false};
-      return true;
-    case 2:
-      *e = {2, 5, 11, 10, false};
-      return true;
-    case 3:
-      *e = {4, 8, 24, 23, false};
-      return true;
-    case 4:
-      *e = {1, 4, 4, 3, false};
-      return true;
-    case 5:
-      *e = {1, 5, 3, 2, false};
-      return true;
-    case 6:
-      *e = {1, 8, 0, 0, true};
-      return true;
-  }
-  return false;
+// An element's exponent symbol and its sign + mantissa bits (the raw part),
+// for a float of exp_bits exponent and mant_bits mantissa bits; an opaque
+// byte is its own symbol and has no raw part.
+__device__ __forceinline__ uint32_t ElemSymbol(uint32_t v, uint32_t exp_bits, uint32_t mant_bits, bool opaque) {
+  return opaque ? v : (v >> mant_bits) & ((1u << exp_bits) - 1);
+}
+__device__ __forceinline__ uint32_t ElemRaw(uint32_t v, uint32_t exp_bits, uint32_t mant_bits, bool opaque) {
+  return opaque ? 0 : ((v >> (exp_bits + mant_bits)) << mant_bits) | (v & ((1u << mant_bits) - 1));
 }
 
-// The same layouts as compile-time types (dtype codes 1..6), for hot loops:
+// Each dtype's layout (codes 1..6) as a compile-time type, for hot loops:
 // WithElem(dtype, f) calls f(ElemT<...>{}) for the chunk's dtype.
 template <uint32_t kBytes, uint32_t kExp, uint32_t kMant, bool kOpaque>
 struct ElemT {
   static constexpr uint32_t bytes = kBytes, exp_bits = kExp, mant_bits = kMant;
   static constexpr uint32_t raw_bits = kOpaque ? 0 : 8 * kBytes - kExp;
-  __device__ __forceinline__ static uint32_t Symbol(uint32_t v) {
-    return kOpaque ? v : (v >> kMant) & ((1u << kExp) - 1);
-  }
-  __device__ __forceinline__ static uint32_t Raw(uint32_t v) {
-    return kOpaque ? 0 : ((v >> (kExp + kMant)) << kMant) | (v & ((1u << kMant) - 1));
-  }
+  static constexpr bool opaque = kOpaque;
+  __device__ __forceinline__ static uint32_t Symbol(uint32_t v) { return ElemSymbol(v, kExp, kMant, kOpaque); }
+  __device__ __forceinline__ static uint32_t Raw(uint32_t v) { return ElemRaw(v, kExp, kMant, kOpaque); }
 };
 
+// Returns false for an unknown dtype (f is not called).
 template <typename F>
-__device__ __forceinline__ void WithElem(uint32_t dtype, F&& f) {
+__device__ __forceinline__ bool WithElem(uint32_t dtype, F&& f) {
   switch (dtype) {
     case 1:
-      f(ElemT<2, 8, 7, false>{});
-      break;
+      f(ElemT<2, 8, 7, false>{});  // bf16
+      return true;
     case 2:
-      f(ElemT<2, 5, 10, false>{});
-      break;
+      f(ElemT<2, 5, 10, false>{});  // fp16
+      return true;
     case 3:
-      f(ElemT<4, 8, 23, false>{});
-      break;
+      f(ElemT<4, 8, 23, false>{});  // fp32
+      return true;
     case 4:
-      f(ElemT<1, 4, 3, false>{});
-      break;
+      f(ElemT<1, 4, 3, false>{});  // fp8 e4m3
+      return true;
     case 5:
-      f(ElemT<1, 5, 2, false>{});
-      break;
+      f(ElemT<1, 5, 2, false>{});  // fp8 e5m2
+      return true;
     case 6:
-      f(ElemT<1, 8, 0, true>{});
-      break;
+      f(ElemT<1, 8, 0, true>{});  // opaque bytes
+      return true;
   }
+  return false;
+}
+
+// The same layout with the dtype known at run time only.
+struct ElemInfo {
+  uint32_t bytes = 0, exp_bits = 0, raw_bits = 0, mant_bits = 0;
+  bool opaque = false;
+
+  __device__ uint32_t Symbol(uint32_t v) const { return ElemSymbol(v, exp_bits, mant_bits, opaque); }
+  __device__ uint32_t Raw(uint32_t v) const { return ElemRaw(v, exp_bits, mant_bits, opaque); }
+};
+
+__device__ inline bool GetElemInfo(uint32_t dtype, ElemInfo* e) {
+  return WithElem(dtype, [e](auto t) {
+    using T = decltype(t);
+    *e = {T::bytes, T::exp_bits, T::raw_bits, T::mant_bits, T::opaque};
+  });
 }
 
 // Byte addressing over DeviceBlocks. Block lookups divide by block_bytes with

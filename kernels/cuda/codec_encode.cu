@@ -270,23 +270,22 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeC
     WithElem(p.dtype, [&](auto e) {
       SplitWarp<decltype(e)>(p, blk, chunks[c].out + kHeader, code, key, hist, chsum, &S0, &D0, &S1, &D1);
     });
-    // Lanes with equal lane % 4 hold the same two checksum lanes.
+    // Lanes with equal lane % 4 hold the same two checksum lanes: sum them,
+    // then lanes 0..7 take checksum lane l's sums (from lane l / 2) and
+    // finish the block as every kvsum64 kernel does.
     for (int o = 4; o < 32; o *= 2) {
       S0 += __shfl_xor_sync(0xffffffffu, S0, o);
       D0 += __shfl_xor_sync(0xffffffffu, D0, o);
       S1 += __shfl_xor_sync(0xffffffffu, S1, o);
       D1 += __shfl_xor_sync(0xffffffffu, D1, o);
     }
-    const uint64_t index = blk / checksum::kBlockBytes;
-    const int l0 = 2 * static_cast<int>(lane % 4);
-    const uint64_t acc_even = checksum::Seed(index, l0) + S0 + D1;  // acc[l] = seed + S[l] + D[l ^ 1]
-    const uint64_t acc_odd = checksum::Seed(index, l0 + 1) + S1 + D0;
-    uint64_t lanes[checksum::kLanes];
-    for (int l = 0; l < checksum::kLanes; ++l) lanes[l] = __shfl_sync(0xffffffffu, l % 2 ? acc_odd : acc_even, l / 2);
-    if (lane == 0) {
-      const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
-      atomicAdd(&ws.sum[c], static_cast<unsigned long long>(checksum::MergeLanes(lanes, m)));
-    }
+    const uint32_t from = lane % 8 / 2;
+    const uint64_t s0 = __shfl_sync(0xffffffffu, S0, from), s1 = __shfl_sync(0xffffffffu, S1, from);
+    const uint64_t d0 = __shfl_sync(0xffffffffu, D0, from), d1 = __shfl_sync(0xffffffffu, D1, from);
+    const bool odd = lane % 2 != 0;
+    const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
+    kvferry::cuda::Kvsum64AddBlockLanes(odd ? s1 : s0, odd ? d1 : d0, m, blk / checksum::kBlockBytes,
+                                        static_cast<int>(lane % 8), lane < 8, &ws.sum[c]);
   }
   if (!code) return;  // uniform for the block
   __syncthreads();
@@ -456,17 +455,14 @@ __device__ __forceinline__ void LoadElems16(const ChunkPlan& p, uint64_t e, uint
       for (uint32_t b = 0; b < eb; ++b) v[k] |= static_cast<uint32_t>(src[k * eb + b]) << (8 * b);
     }
   }
+  // Repack: 16 / eb values per uint4, LSB-first.
+  constexpr uint32_t per = 16 / eb;
 #pragma unroll
   for (uint32_t k = 0; k < eb; ++k) {
-    if (eb == 1) {
-      q[0] = make_uint4(v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24, v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24,
-                        v[8] | v[9] << 8 | v[10] << 16 | v[11] << 24, v[12] | v[13] << 8 | v[14] << 16 | v[15] << 24);
-    } else if (eb == 2) {
-      q[k] = make_uint4(v[8 * k] | v[8 * k + 1] << 16, v[8 * k + 2] | v[8 * k + 3] << 16,
-                        v[8 * k + 4] | v[8 * k + 5] << 16, v[8 * k + 6] | v[8 * k + 7] << 16);
-    } else {
-      q[k] = make_uint4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-    }
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (uint32_t i = 0; i < per; ++i) w[i * eb / 4] |= v[k * per + i] << (8 * (i * eb % 4));
+    q[k] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
