@@ -63,10 +63,15 @@ KVF_HD constexpr uint64_t Product(uint64_t w, uint64_t key) {
   return (x & 0xffffffffULL) * (x >> 32);
 }
 
+// The merge of a block's lanes, step by step: d = MergeStart(m), then
+// d = MergeStep(d, Round(0, acc[l])) for l = 0..7, digest = Avalanche(d).
+KVF_HD constexpr uint64_t MergeStart(uint64_t m) { return m * kP5; }
+KVF_HD constexpr uint64_t MergeStep(uint64_t d, uint64_t round) { return (d ^ round) * kP1 + kP4; }
+
 // Merges the lane accumulators of a block of m bytes into its digest.
 KVF_HD uint64_t MergeLanes(const uint64_t acc[kLanes], uint64_t m) {
-  uint64_t d = m * kP5;
-  for (int l = 0; l < kLanes; ++l) d = (d ^ Round(0, acc[l])) * kP1 + kP4;
+  uint64_t d = MergeStart(m);
+  for (int l = 0; l < kLanes; ++l) d = MergeStep(d, Round(0, acc[l]));
   return Avalanche(d);
 }
 

@@ -20,7 +20,7 @@ struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
   uint64_t raw_off, map_off;
   uint32_t tile_log2, tiles, tables, flags;
-  uint32_t elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
+  uint32_t dtype, elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
   Addr out;
 };
 
@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(1024)
         err = kBadHeader;
         break;
       }
+      s.dtype = in[5];
       s.elem_bytes = e.bytes;
       s.exp_bits = e.exp_bits;
       s.raw_bits = e.raw_bits;
@@ -253,15 +254,22 @@ __global__ void __launch_bounds__(1024)
 constexpr int kWarpsPerBlock = 8;
 constexpr uint32_t kSeg = 512;  // symbols a warp decodes before writing them out (16 rounds)
 
-constexpr uint32_t kRingChunk = 64;  // words a lane group fetches at once (4 bytes a lane)
-constexpr uint32_t kRingChunks = 8;  // chunks resident per warp: 2 being read, 6 in flight
+// A warp's tile word stream flows through a shared-memory ring of
+// kRingChunks chunks of 64 words (4 bytes a lane), fetched by cp.async, one
+// commit group per chunk. Every kRefillRounds rounds (which read <= 32 words
+// each) the warp frees the chunks it has passed, fetches new ones into their
+// slots, and waits only for the chunks the next kRefillRounds rounds may read:
+// the fetches stay up to ~12 chunks (~150 rounds) ahead.
+constexpr uint32_t kRingChunk = 64;
+constexpr uint32_t kRingChunks = 16;
 constexpr uint32_t kRing = kRingChunk * kRingChunks;
+constexpr uint32_t kRefillRounds = 8;
 
 struct DecodeShared {
-  uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys
+  uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys (16-byte aligned: pairs are loaded at once)
   SlotTable table;                         // a single-table chunk's slot table
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
-  alignas(16) uint16_t ring[kWarpsPerBlock][kRing];  // each warp's window on its tile's word stream
+  alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
 };
 
 // Asynchronous global -> shared copies (sm_80+): a lane copies 4 bytes, or
@@ -275,78 +283,146 @@ template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
-
-// Per-thread kvsum64 state of a warp writing words lane + 32 i of a 4 KiB
-// block: every word a thread writes belongs to checksum lane (lane % 8).
-struct WarpSum64 {
-  uint64_t S = 0, D = 0;
-
-  __device__ __forceinline__ void Add(uint64_t w, uint64_t key) {
-    S += checksum::Product(w, key);
-    D += w;
+// Waits until at most `pending` (or fewer) of the newest groups are in flight.
+__device__ __forceinline__ void CpAsyncWaitPending(uint32_t pending) {
+  if (pending >= 11) return CpAsyncWait<11>();
+  switch (pending) {
+    case 10: return CpAsyncWait<10>();
+    case 9: return CpAsyncWait<9>();
+    case 8: return CpAsyncWait<8>();
+    case 7: return CpAsyncWait<7>();
+    case 6: return CpAsyncWait<6>();
+    case 5: return CpAsyncWait<5>();
+    case 4: return CpAsyncWait<4>();
+    case 3: return CpAsyncWait<3>();
+    case 2: return CpAsyncWait<2>();
+    case 1: return CpAsyncWait<1>();
+    default: return CpAsyncWait<0>();
   }
+}
+
+// A warp writes its output in 16-byte pieces: lane t the piece at 16t + 512i
+// of each 4 KiB checksum block, i.e. words 2t + 64i and 2t + 64i + 1, of
+// checksum lanes 2p and 2p + 1 (p = t % 4). Each lane keeps a = S[2p] +
+// D[2p + 1] and b = S[2p + 1] + D[2p] (Kvsum64WarpFinishPairs).
+struct PairSum {
+  uint64_t a = 0, b = 0;
+
   // The whole warp: adds block `block` (m bytes) to *sum and starts over.
   __device__ __forceinline__ void Flush(uint64_t block, uint64_t m, unsigned long long* sum) {
-    kvferry::cuda::Kvsum64WarpFinish(S, D, m, block, true, sum);
-    S = D = 0;
+    kvferry::cuda::Kvsum64WarpFinishPairs(a, b, m, block, true, sum);
+    a = b = 0;
   }
 };
 
-// Writes word `off` (byte offset into the output, a multiple of 8) holding
-// bytes [off, end), and adds it to the checksum state.
-__device__ __forceinline__ void EmitWord(const ChunkState& s, uint64_t off, uint64_t w, const uint64_t* key,
-                                         WarpSum64* sum) {
-  const uint32_t j = static_cast<uint32_t>(off % checksum::kBlockBytes / 8);
-  uint8_t* dst = s.out.At(off);
-  if (off + 8 <= s.orig_bytes) {
-    *reinterpret_cast<uint64_t*>(dst) = w;  // 8-aligned: blocks are 16-aligned multiples of 64
-  } else {
-    const uint32_t len = static_cast<uint32_t>(s.orig_bytes - off);
-    for (uint32_t k = 0; k < len; ++k) dst[k] = static_cast<uint8_t>(w >> (8 * k));
-    w = (w & ((1ull << (8 * len)) - 1)) ^ (static_cast<uint64_t>(len) << 56);  // the chunk's tail word
+// Writes the piece at output offset `off` (a multiple of 16): words w0, w1
+// holding bytes [off, off + 16), and adds them to the checksum sums. At the
+// chunk's end only the bytes before it are written; a partial word is summed
+// as the format's tail word, a word wholly past the end not at all.
+__device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uint64_t w0, uint64_t w1,
+                                          const uint64_t* key, PairSum* sum) {
+  using checksum::Product;
+  const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + off % checksum::kBlockBytes / 8);
+  uint8_t* dst = s.out.At(off);  // 16-aligned, within one output block (block sizes are multiples of 64)
+  if (off + 16 <= s.orig_bytes) {
+    *reinterpret_cast<ulonglong2*>(dst) = make_ulonglong2(w0, w1);
+    sum->a += Product(w0, k.x) + w1;
+    sum->b += Product(w1, k.y) + w0;
+    return;
   }
-  sum->Add(w, key[j]);
+  auto tail = [&](uint64_t w, uint32_t len, uint8_t* d) {  // writes len < 8 bytes, returns the tail word
+    for (uint32_t q = 0; q < len; ++q) d[q] = static_cast<uint8_t>(w >> (8 * q));
+    return (w & ((1ull << (8 * len)) - 1)) ^ (static_cast<uint64_t>(len) << 56);
+  };
+  const uint64_t left = s.orig_bytes - off;  // 1..15
+  if (left < 8) {
+    w0 = tail(w0, static_cast<uint32_t>(left), dst);
+  } else {
+    *reinterpret_cast<uint64_t*>(dst) = w0;
+    if (left > 8) {
+      w1 = tail(w1, static_cast<uint32_t>(left - 8), dst + 8);
+      sum->b += Product(w1, k.y);
+      sum->a += w1;
+    }
+  }
+  sum->a += Product(w0, k.x);
+  sum->b += w0;
+}
+
+// bf16: four elements from four raw bytes r and four symbols sy (byte k is
+// element k's): element = (raw >> 7) << 15 | symbol << 7 | (raw & 0x7f). Byte
+// permutes pair each raw byte with its symbol, three masks place the bits.
+__device__ __forceinline__ uint64_t JoinBf16(uint32_t r, uint32_t sy) {
+  auto two = [](uint32_t v) {  // v: 16-bit halves symbol << 8 | raw
+    return (v & 0x007f007fu) | ((v >> 1) & 0x7f807f80u) | ((v << 8) & 0x80008000u);
+  };
+  return static_cast<uint64_t>(two(__byte_perm(r, sy, 0x7362))) << 32 | two(__byte_perm(r, sy, 0x5140));
+}
+
+// Any dtype E: the output word at byte `first` (a multiple of 8) of a
+// segment whose first element is e0; only bytes before `limit` (the
+// segment's length) are filled.
+template <typename E>
+__device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* st, uint64_t e0, uint32_t first,
+                                             uint32_t limit) {
+  uint64_t w = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < 8; k += E::bytes) {
+    if (first + k >= limit) break;
+    const uint32_t j = (first + k) / E::bytes;  // the element's index in the segment
+    uint32_t v = st[j];
+    if (!E::opaque) {
+      const uint32_t r = E::raw_bits == 8 ? raw[e0 + j] : Unpack(raw, e0 + j, E::raw_bits);
+      v = ((r >> E::mant_bits) << (E::exp_bits + E::mant_bits)) | (v << E::mant_bits) | (r & ((1u << E::mant_bits) - 1));
+    }
+    w |= static_cast<uint64_t>(v) << (8 * k);
+  }
+  return w;
+}
+
+// Loads the bf16 raw bytes of lane t's pieces of the segment at e0: elements
+// e0 + 8t + 256i .. + 8 (i = 0, 1).
+__device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw, uint64_t e0, bool aligned,
+                                         uint2* raw8) {
+  const uint32_t lane = threadIdx.x % 32;
+  for (uint32_t i = 0; i < 2; ++i) {
+    const uint64_t e = e0 + 8 * lane + 256 * i;
+    if (e + 8 <= s.n && aligned) {
+      raw8[i] = *reinterpret_cast<const uint2*>(raw + e);
+    } else {
+      uint64_t r = 0;
+      for (uint32_t k = 0; k < 8 && e + k < s.n; ++k) r |= static_cast<uint64_t>(raw[e + k]) << (8 * k);
+      raw8[i] = make_uint2(static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32));
+    }
+  }
 }
 
 // A warp joins the kSeg staged symbols of elements [e0, e0 + kSeg) with the
-// raw plane into output words lane + 32 i and checksums them; at the end of a
-// 4 KiB output block (or of the chunk) it adds the block's digest.
-__device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* in, uint64_t e0, const uint8_t* st,
-                                            const uint32_t* raw4, const uint64_t* key, WarpSum64* sum,
+// raw plane, writes and checksums them in pieces; at the end of a 4 KiB
+// output block (or of the chunk) it adds the block's digest. kBf16: the
+// chunk is bf16, whose raw bytes (raw8, LoadRaw8) are loaded ahead.
+template <bool kBf16>
+__device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* raw, uint64_t e0, const uint8_t* st,
+                                            const uint2* raw8, const uint64_t* key, PairSum* sum,
                                             unsigned long long* gsum) {
-  const uint32_t lane = threadIdx.x % 32, eb = s.elem_bytes;
-  const uint64_t b0 = e0 * eb, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * eb);
-  const uint8_t* raw = in + s.raw_off;
-  if (eb == 2 && s.raw_bits == 8) {  // bf16: a word is 4 symbols and 4 raw bytes
-    for (uint32_t i = 0; i < 4; ++i) {
-      const uint32_t wi = lane + 32 * i;
-      const uint64_t off = b0 + 8ull * wi;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t b0 = e0 * s.elem_bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * s.elem_bytes);
+  if constexpr (kBf16) {  // a piece is 8 symbols and 8 raw bytes
+    for (uint32_t i = 0; i < 2; ++i) {
+      const uint64_t off = b0 + 16 * lane + 512 * i;
       if (off >= b1) break;
-      const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + 4 * wi);
-      const uint32_t r = raw4[i];
-      uint64_t w = 0;
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t rk = (r >> (8 * k)) & 0xff, sk = (sy >> (8 * k)) & 0xff;
-        w |= static_cast<uint64_t>((rk >> 7) << 15 | sk << 7 | (rk & 0x7f)) << (16 * k);
-      }
-      EmitWord(s, off, w, key, sum);
+      const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
+      EmitPiece(s, off, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
     }
   } else {
-    const uint32_t exp_shift = s.exp_bits + s.mant_bits, mant_mask = (1u << s.mant_bits) - 1;
-    for (uint64_t off = b0 + 8ull * lane; off < b1; off += 256) {
-      uint64_t w = 0;
-      for (uint32_t k = 0; k < 8 && off + k < b1; k += eb) {
-        const uint64_t e = (off + k) / eb;
-        const uint32_t sy = st[e - e0];
-        uint32_t v = sy;
-        if (!s.opaque) {
-          const uint32_t r = s.raw_bits == 8 ? raw[e] : Unpack(raw, e, s.raw_bits);
-          v = ((r >> s.mant_bits) << exp_shift) | (sy << s.mant_bits) | (r & mant_mask);
-        }
-        w |= static_cast<uint64_t>(v) << (8 * k);
+    const uint32_t limit = static_cast<uint32_t>(b1 - b0);
+    WithElem(s.dtype, [&](auto t) {
+      using E = decltype(t);
+      for (uint32_t first = 16 * lane; first < limit; first += 512) {
+        EmitPiece(s, b0 + first, JoinWord<E>(raw, st, e0, first, limit), JoinWord<E>(raw, st, e0, first + 8, limit),
+                  key, sum);
       }
-      EmitWord(s, off, w, key, sum);
-    }
+    });
   }
   if (b1 % checksum::kBlockBytes == 0 || b1 == s.orig_bytes) {
     const uint64_t block = (b1 - 1) / checksum::kBlockBytes;
@@ -354,30 +430,10 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
   }
 }
 
-// Loads the bf16 raw bytes of words lane + 32 i of the segment at e0.
-__device__ __forceinline__ void LoadRaw4(const ChunkState& s, const uint8_t* in, uint64_t e0, bool aligned,
-                                         uint32_t* raw4) {
-  if (!(s.elem_bytes == 2 && s.raw_bits == 8)) return;
-  const uint32_t lane = threadIdx.x % 32;
-  const uint8_t* raw = in + s.raw_off;
-  for (uint32_t i = 0; i < 4; ++i) {
-    const uint64_t e = e0 + 4 * (lane + 32 * i);
-    if (e + 4 <= s.n && aligned) {
-      raw4[i] = *reinterpret_cast<const uint32_t*>(raw + e);
-    } else {
-      uint32_t r = 0;
-      for (uint32_t k = 0; k < 4 && e + k < s.n; ++k) r |= static_cast<uint32_t>(raw[e + k]) << (8 * k);
-      raw4[i] = r;
-    }
-  }
-}
-
-// One warp, one coded tile: 32 rANS lanes. The tile's word stream flows
-// through a shared-memory ring of kRingChunks chunks of 64 words, fetched by
-// cp.async 6 chunks ahead of the reads (no register waits on the loads); a
-// lane that renormalises reads its word from the ring. Every 16 rounds the
-// staged symbols are joined with the raw plane and written out (EmitSegment).
-template <typename TableAt>
+// One warp, one coded tile: 32 rANS lanes reading the word stream through the
+// ring; every 16 rounds the staged symbols are joined with the raw plane and
+// written out (EmitSegment). kGroups: the chunk maps channels to tables.
+template <bool kBf16, bool kGroups, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
                                                 uint8_t* st, uint16_t* ring, const uint64_t* key, bool raw_aligned,
@@ -389,57 +445,55 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint8_t* stream = tile + 128;  // 4-byte aligned: tiles are
   const uint32_t nbytes = bad ? 0 : size - 128;
   const uint32_t nwords = nbytes / 2;
-  auto fetch = [&](uint32_t chunk) {  // chunk -> ring slot chunk % kRingChunks
-    const uint32_t b = chunk * kRingChunk * 2 + 4 * lane;
-    const bool valid = b + 4 <= nbytes;
-    CpAsync4(ring + (chunk % kRingChunks) * kRingChunk + 2 * lane, valid ? stream + b : stream, valid);
-    CpAsyncCommit();
+  uint32_t fetched = 0;  // chunks fetched so far; chunk c lives in slot c % kRingChunks
+  // The warp has read all words before wpos; the next kRefillRounds rounds
+  // read words before wpos + 32 * kRefillRounds.
+  auto refill = [&](uint32_t wpos) {
+    __syncwarp();
+    for (; fetched < wpos / kRingChunk + kRingChunks; ++fetched) {
+      const uint32_t b = fetched * kRingChunk * 2 + 4 * lane;
+      const bool valid = b + 4 <= nbytes;
+      CpAsync4(ring + (fetched % kRingChunks) * kRingChunk + 2 * lane, valid ? stream + b : stream, valid);
+      CpAsyncCommit();
+    }
+    CpAsyncWaitPending(fetched - 1 - (wpos + 32 * kRefillRounds - 1) / kRingChunk);
+    __syncwarp();
   };
-  for (uint32_t k = 0; k < kRingChunks; ++k) fetch(k);
-  CpAsyncWait<kRingChunks - 2>();
-  __syncwarp();
-  uint32_t head = 0;  // the oldest resident chunk; chunks head, head + 1 are complete
   uint32_t wpos = 0;
-  const uint32_t groups = s.flags & kGroups;
-  uint32_t ch_idx = groups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
-  const uint32_t ch_step = groups ? static_cast<uint32_t>(32 % s.channels) : 0;
+  uint32_t ch_idx = kGroups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
+  const uint32_t ch_step = kGroups ? static_cast<uint32_t>(32 % s.channels) : 0;
   const uint32_t C = static_cast<uint32_t>(s.channels);
   const uint8_t* map = in + s.map_off;
+  const uint8_t* raw = in + s.raw_off;
   const unsigned lt = (1u << lane) - 1;
-  WarpSum64 sum;
+  PairSum sum;
+  auto round = [&](uint32_t r, bool active) {
+    if (r % kRefillRounds == 0) refill(wpos);
+    const uint32_t e = table_at(kGroups ? map[ch_idx] : 0u, x & (kM - 1));
+    const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
+    const bool need = active && y < kL;
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    const uint32_t word = ring[(wpos + __popc(mask & lt)) % kRing];  // every lane reads: no divergence
+    x = need ? (y << 16) | word : (active ? y : x);
+    wpos += __popc(mask);
+    st[r * 32 + lane] = static_cast<uint8_t>(e);
+    if (kGroups) {
+      ch_idx += ch_step;
+      if (ch_idx >= C) ch_idx -= C;
+    }
+  };
   for (uint32_t seg = 0; seg * kSeg < n; ++seg) {
-    uint32_t raw4[4];
-    LoadRaw4(s, in, begin + seg * kSeg, raw_aligned, raw4);
-    const uint32_t rounds = min(16u, (n - seg * kSeg + 31) / 32);
-    auto round = [&](uint32_t r, bool active) {
-      const uint32_t e = table_at(groups ? map[ch_idx] : 0u, x & (kM - 1));
-      const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
-      const bool need = active && y < kL;
-      const unsigned mask = __ballot_sync(0xffffffffu, need);
-      const uint32_t word = ring[(wpos + __popc(mask & lt)) % kRing];  // every lane reads: no divergence
-      x = need ? (y << 16) | word : (active ? y : x);
-      wpos += __popc(mask);             // < 32 a round: a round reads within chunks head, head + 1
-      if (wpos / kRingChunk != head) {  // chunk head consumed: refill its slot with chunk head + 8
-        __syncwarp();
-        fetch(head + kRingChunks);
-        ++head;
-        CpAsyncWait<kRingChunks - 2>();
-        __syncwarp();
-      }
-      st[r * 32 + lane] = static_cast<uint8_t>(e);
-      if (groups) {
-        ch_idx += ch_step;
-        if (ch_idx >= C) ch_idx -= C;
-      }
-    };
+    uint2 raw8[2];
+    if (kBf16) LoadRaw8(s, raw, begin + seg * kSeg, raw_aligned, raw8);
     if (seg * kSeg + kSeg <= n) {  // a whole segment: every lane active in all 16 rounds
 #pragma unroll
       for (uint32_t r = 0; r < 16; ++r) round(r, true);
     } else {
+      const uint32_t rounds = (n - seg * kSeg + 31) / 32;
       for (uint32_t r = 0; r < rounds; ++r) round(r, seg * kSeg + r * 32 + lane < n);
     }
     __syncwarp();
-    EmitSegment(s, in, begin + seg * kSeg, st, raw4, key, &sum, gsum);
+    EmitSegment<kBf16>(s, raw, begin + seg * kSeg, st, raw8, key, &sum, gsum);
     __syncwarp();
   }
   CpAsyncWait<0>();
@@ -449,12 +503,60 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   return __any_sync(0xffffffffu, bad);
 }
 
+// Warp `warp` decodes tile t of chunk c (RAW or coded) into the output.
+template <bool kBf16>
+__device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* in, const Workspace& ws, int c,
+                                           uint32_t t, uint32_t max_tiles, DecodeShared& sh) {
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned long long* gsum = &ws.sum[c];
+  const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
+  const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
+  const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
+  const uint32_t size = entry & ~kTileRaw;
+  const uint8_t* tile = in + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
+  const uint8_t* raw = in + s.raw_off;
+  uint8_t* st = sh.stage[warp];
+  const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
+  if (entry & kTileRaw) {
+    if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) return true;
+    PairSum sum;
+    for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
+      uint2 raw8[2];
+      if (kBf16) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
+      for (uint32_t k = lane; k < kSeg && e0 + k < n; k += 32) {
+        st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, s.exp_bits));
+      }
+      __syncwarp();
+      EmitSegment<kBf16>(s, raw, begin + e0, st, raw8, sh.key, &sum, gsum);
+      __syncwarp();
+    }
+    return false;
+  }
+  if (s.tables == 1) {  // channel groups with one table need no channel map lookups
+    const uint32_t* table = sh.table;
+    return DecodeCodedTile<kBf16, false>(
+        s, in, tile, size, begin, n, [table](uint32_t, uint32_t slot) { return table[slot]; }, st, sh.ring[warp],
+        sh.key, raw_aligned, gsum);
+  }
+  const uint32_t* gtables = ws.tables[static_cast<uint64_t>(c) * kMaxTables];  // several: always groups (Parse)
+  return DecodeCodedTile<kBf16, true>(
+      s, in, tile, size, begin, n, [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); },
+      st, sh.ring[warp], sh.key, raw_aligned, gsum);
+}
+
+// DecodeTile for dtypes other than bf16. Not inlined: its registers do not
+// crowd the bf16 path's (it reads the chunk's state from memory).
+__device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8_t* in, const Workspace ws, int c,
+                                                uint32_t t, uint32_t max_tiles, DecodeShared* sh) {
+  return DecodeTile<false>(*s, in, ws, c, t, max_tiles, *sh);
+}
+
 // Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
 // blockIdx.y = chunk). A tile decodes straight into the output, checksummed
 // on the way (FinishKernel compares the sum). A single-table chunk keeps its
 // slot table in shared memory; grouped chunks read theirs through L1.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
   extern __shared__ uint8_t smem_raw[];
   DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem_raw);
@@ -480,57 +582,27 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 3)
   if (s.flags & kStored) {  // bytes [t * kMaxTile, ...) of the payload, 4 KiB blocks
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(s.orig_bytes, b0 + kMaxTile);
     const uint8_t* src = in + kHeader;
-    const bool aligned = reinterpret_cast<uintptr_t>(src) % 8 == 0;
-    WarpSum64 sum;
+    const bool aligned = reinterpret_cast<uintptr_t>(src) % 16 == 0;
+    PairSum sum;
     for (uint64_t blk = b0; blk < b1; blk += checksum::kBlockBytes) {
       const uint64_t end = min(b1, blk + checksum::kBlockBytes);
-      for (uint64_t off = blk + 8ull * lane; off < end; off += 256) {
-        uint64_t w = 0;
-        if (aligned && off + 8 <= end) {
-          w = *reinterpret_cast<const uint64_t*>(src + off);
+      for (uint64_t off = blk + 16 * lane; off < end; off += 512) {
+        ulonglong2 w = make_ulonglong2(0, 0);
+        if (aligned && off + 16 <= end) {
+          w = *reinterpret_cast<const ulonglong2*>(src + off);
         } else {
-          for (uint32_t k = 0; k < 8 && off + k < end; ++k) w |= static_cast<uint64_t>(src[off + k]) << (8 * k);
+          for (uint32_t k = 0; k < 8 && off + k < end; ++k) w.x |= static_cast<uint64_t>(src[off + k]) << (8 * k);
+          for (uint32_t k = 8; k < 16 && off + k < end; ++k) w.y |= static_cast<uint64_t>(src[off + k]) << (8 * k - 64);
         }
-        EmitWord(s, off, w, sh.key, &sum);
+        EmitPiece(s, off, w.x, w.y, sh.key, &sum);
       }
       sum.Flush(blk / checksum::kBlockBytes, end - blk, gsum);
     }
     return;
   }
-  const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
-  const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
-  const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
-  const uint32_t size = entry & ~kTileRaw;
-  const uint8_t* tile = in + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
-  uint8_t* st = sh.stage[warp];
-  const bool raw_aligned = reinterpret_cast<uintptr_t>(in + s.raw_off) % 4 == 0;
-  bool bad = false;
-  if (entry & kTileRaw) {
-    if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) {
-      bad = true;
-    } else {
-      WarpSum64 sum;
-      for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
-        uint32_t raw4[4];
-        LoadRaw4(s, in, begin + e0, raw_aligned, raw4);
-        for (uint32_t k = lane; k < kSeg && e0 + k < n; k += 32) {
-          st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, s.exp_bits));
-        }
-        __syncwarp();
-        EmitSegment(s, in, begin + e0, st, raw4, sh.key, &sum, gsum);
-        __syncwarp();
-      }
-    }
-  } else if (one_table) {
-    const uint32_t* table = sh.table;
-    bad = DecodeCodedTile(
-        s, in, tile, size, begin, n, [table](uint32_t, uint32_t slot) { return table[slot]; }, st, sh.ring[warp],
-        sh.key, raw_aligned, gsum);
-  } else {
-    bad = DecodeCodedTile(
-        s, in, tile, size, begin, n, [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); },
-        st, sh.ring[warp], sh.key, raw_aligned, gsum);
-  }
+  const bool bad = s.elem_bytes == 2 && s.raw_bits == 8
+                       ? DecodeTile<true>(s, in, ws, c, t, max_tiles, sh)
+                       : DecodeTileAnyDtype(&ws.state[c], in, ws, c, t, max_tiles, &sh);
   if (bad && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }
 

@@ -8,19 +8,41 @@
 
 namespace kvferry::cuda {
 
-// Finishes checksum block `block` (m bytes) from each lane's sums S (keyed
-// products) and D (words), and adds its digest to *sum. Each aligned group of
-// 8 lanes holds checksum lanes 0..7 (`lane`); every lane of the warp calls it
-// (the shuffles need the whole warp converged).
+// Adds the digest of checksum block `block` (m bytes) to *sum. Each aligned
+// group of 8 lanes holds checksum lanes 0..7 (`lane`), each lane its S[l] +
+// D[l ^ 1] in `sd`; each lane computes its own Round, lane 0 of the group
+// merges them. Every lane of the warp calls it (the shuffles need the whole
+// warp converged).
+__device__ __forceinline__ void Kvsum64AddBlockAcc(uint64_t sd, uint64_t m, uint64_t block, int lane, bool active,
+                                                   unsigned long long* sum) {
+  using namespace kvferry::checksum;  // NOLINT
+  const uint64_t round = Round(0, Seed(block, lane) + sd);
+  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
+  uint64_t d = MergeStart(m);
+  for (int l = 0; l < kLanes; ++l) d = MergeStep(d, __shfl_sync(0xffffffffu, round, base + l));
+  if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(Avalanche(d)));
+}
+
+// The same from each lane's sums S (keyed products) and D (words).
 __device__ __forceinline__ void Kvsum64AddBlockLanes(uint64_t S, uint64_t D, uint64_t m, uint64_t block, int lane,
                                                      bool active, unsigned long long* sum) {
-  using namespace kvferry::checksum;  // NOLINT
-  const unsigned mask = 0xffffffffu;
-  const uint64_t acc = Seed(block, lane) + S + __shfl_xor_sync(mask, D, 1);
-  uint64_t lanes[kLanes];
-  const int base = (threadIdx.x % 32) & ~(kLanes - 1);
-  for (int l = 0; l < kLanes; ++l) lanes[l] = __shfl_sync(mask, acc, base + l);
-  if (active && lane == 0) atomicAdd(sum, static_cast<unsigned long long>(MergeLanes(lanes, m)));
+  Kvsum64AddBlockAcc(S + __shfl_xor_sync(0xffffffffu, D, 1), m, block, lane, active, sum);
+}
+
+// The whole warp finishes block `block` (m bytes) where lane t read the word
+// pairs 2t + 64i, 2t + 64i + 1 (16 bytes at 16t + 512i), of checksum lanes
+// 2p and 2p + 1, p = t % 4, and holds a = S[2p] + D[2p + 1] and
+// b = S[2p + 1] + D[2p] of them (PairSums). The digest is added to *sum
+// when `active` (uniform over the warp).
+__device__ __forceinline__ void Kvsum64WarpFinishPairs(uint64_t a, uint64_t b, uint64_t m, uint64_t block,
+                                                       bool active, unsigned long long* sum) {
+  for (int o = 4; o < 32; o *= 2) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  const int l = static_cast<int>(threadIdx.x % 8);  // checksum lane l is held by lane l / 2
+  const uint64_t pa = __shfl_sync(0xffffffffu, a, l / 2), pb = __shfl_sync(0xffffffffu, b, l / 2);
+  Kvsum64AddBlockAcc(l % 2 ? pb : pa, m, block, l, active && threadIdx.x % 32 < 8, sum);
 }
 
 // The whole warp finishes block `block` (m bytes) where lane t holds the sums
