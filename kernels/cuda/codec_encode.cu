@@ -133,9 +133,11 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 }
 
 // A warp's part of SplitKernel: the 4 KiB checksum block at blk. Lane l
-// takes the 16-byte pieces at l * 16 + 512 i; returns its kvsum64 sums of
-// the pieces' first (S0, D0) and second (S1, D1) words.
-template <typename E>
+// takes the 16-byte pieces at l * 16 + 512 i; adds its kvsum64 sums of the
+// pieces' first (S0, D0) and second (S1, D1) words. kWhole: the block is
+// whole (4 KiB of input), the chunk is coded, without channel groups: no
+// bounds checks, no channel sums (the hot path of large chunks).
+template <typename E, bool kWhole>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
                                           const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint64_t* S0,
                                           uint64_t* D0, uint64_t* S1, uint64_t* D1) {
@@ -150,7 +152,7 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 #pragma unroll
     for (uint32_t i = 0; i < kBatch; ++i) {
       const uint64_t off = blk + 512 * (i0 + i) + 16 * lane;
-      if (off + 16 <= p.bytes) {
+      if (kWhole || off + 16 <= p.bytes) {
         qs[i] = *reinterpret_cast<const uint4*>(p.in.At(off));  // 16-aligned, never straddles blocks
       } else {
         uint32_t w[4] = {0, 0, 0, 0};
@@ -166,34 +168,36 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
     for (uint32_t i = 0; i < kBatch; ++i) {
       const uint32_t at = 512 * (i0 + i) + 16 * lane;  // byte offset in the checksum block
       const uint64_t off = blk + at;
-      if (off >= p.bytes) break;
-      const uint32_t len = static_cast<uint32_t>(min(uint64_t{16}, p.bytes - off));
+      if (!kWhole && off >= p.bytes) break;
+      const uint32_t len = kWhole ? 16 : static_cast<uint32_t>(min(uint64_t{16}, p.bytes - off));
       const uint4 q = qs[i];
       // kvsum64: words at bytes at and at + 8; a partial word is the chunk's tail.
       uint64_t w0 = q.x | static_cast<uint64_t>(q.y) << 32, w1 = q.z | static_cast<uint64_t>(q.w) << 32;
-      if (len < 8) w0 ^= static_cast<uint64_t>(len) << 56;
-      *S0 += checksum::Product(w0, key[at / 8]);
+      if (!kWhole && len < 8) w0 ^= static_cast<uint64_t>(len) << 56;
+      const ulonglong2 k01 = *reinterpret_cast<const ulonglong2*>(key + at / 8);
+      *S0 += checksum::Product(w0, k01.x);
       *D0 += w0;
-      if (len > 8) {
-        if (len < 16) w1 ^= static_cast<uint64_t>(len - 8) << 56;
-        *S1 += checksum::Product(w1, key[at / 8 + 1]);
+      if (kWhole || len > 8) {
+        if (!kWhole && len < 16) w1 ^= static_cast<uint64_t>(len - 8) << 56;
+        *S1 += checksum::Product(w1, k01.y);
         *D1 += w1;
       }
-      if (!code) continue;
+      if (!kWhole && !code) continue;
       // Symbols into the histogram (and channel sums), raw parts packed
       // LSB-first into lo:hi (at most 96 bits). Elements past the chunk's
       // end are zeros (their raw bits pad the plane's last group).
       const uint32_t count = len / E::bytes;
       const uint64_t e0 = off / E::bytes;
-      uint32_t chn = p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
+      uint32_t chn = !kWhole && p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
       uint64_t lo = 0, hi = 0;
 #pragma unroll
       for (uint32_t k = 0; k < per; ++k) {
-        const uint32_t v = len == 16 || k < count ? PieceElement<E>(q, k) : 0;
-        if (len == 16 || k < count) {
+        const bool in = kWhole || len == 16 || k < count;
+        const uint32_t v = in ? PieceElement<E>(q, k) : 0;
+        if (in) {
           const uint32_t sy = E::Symbol(v);
-          atomicAdd(&hist[sy / 2][lane], 1u << (16 * (sy % 2)));
-          if (p.grouping) {
+          atomicAdd(&hist[sy / 2][lane], sy % 2 ? 0x10000u : 1u);
+          if (!kWhole && p.grouping) {
             atomicAdd(&chsum[chn], sy);
             if (++chn == C) chn = 0;
           }
@@ -216,7 +220,7 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
         continue;
       }
       // Cut at the end of the raw plane (a short last piece).
-      const uint32_t n = static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
+      const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
       for (uint32_t o = 0; o < n; ++o) {
         raw_out[start + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
       }
@@ -229,8 +233,9 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
   }
 }
 
-// One pass over the input. A CUDA block takes kSplitBytes, a warp one 4 KiB
-// checksum block of it, a lane one 16-byte piece per step (lane + 32 i):
+// One pass over the input. A CUDA block takes kSplitBytes, a warp
+// kSplitBlocksPerWarp 4 KiB checksum blocks of it (warp + 8 j), a lane one
+// 16-byte piece per step (lane + 32 i):
 //   - kvsum64: the piece's two words belong to checksum lanes 2 (lane % 4)
 //     and 2 (lane % 4) + 1, summed per lane and finished with two butterflies;
 //   - the raw plane: a piece holds 16 / eb elements, a whole number of bytes
@@ -240,8 +245,10 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 //     or bank;
 //   - KV-aware mode: per-channel symbol sums.
 // STORED chunks need only the checksum.
-constexpr uint32_t kSplitBytes = 32 * 1024;
-constexpr uint32_t kSplitWarps = kSplitBytes / checksum::kBlockBytes;
+// Two checksum blocks a warp: the block-wide work (keys, histogram merge)
+// is spread over 64 KiB.
+constexpr uint32_t kSplitWarps = 8, kSplitBlocksPerWarp = 2;
+constexpr uint32_t kSplitBytes = kSplitWarps * kSplitBlocksPerWarp * checksum::kBlockBytes;
 constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4;
 
 __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeChunk* chunks, const int32_t* status,
@@ -264,11 +271,17 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeC
   }
   __syncthreads();
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint64_t blk = b0 + static_cast<uint64_t>(warp) * checksum::kBlockBytes;
-  if (blk < p.bytes) {  // uniform over the warp
+  for (uint32_t j = 0; j < kSplitBlocksPerWarp; ++j) {
+    const uint64_t blk = b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes;
+    if (blk >= p.bytes) break;  // uniform over the warp
     uint64_t S0 = 0, D0 = 0, S1 = 0, D1 = 0;
+    uint8_t* raw_out = chunks[c].out + kHeader;
     WithElem(p.dtype, [&](auto e) {
-      SplitWarp<decltype(e)>(p, blk, chunks[c].out + kHeader, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+      if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
+        SplitWarp<decltype(e), true>(p, blk, raw_out, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+      } else {
+        SplitWarp<decltype(e), false>(p, blk, raw_out, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+      }
     });
     // Lanes with equal lane % 4 hold the same two checksum lanes: sum them,
     // then lanes 0..7 take checksum lane l's sums (from lane l / 2) and

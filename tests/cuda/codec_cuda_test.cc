@@ -145,6 +145,48 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   EXPECT_GT(failed, 190);
 }
 
+// Every byte of the header and of the section between the raw plane and the
+// first tiles (channel map, tables, directory, padding), corrupted one at a
+// time: the GPU decoder accepts a chunk exactly when the CPU decoder does,
+// and then only with the original bytes.
+TEST_F(CudaCodec, HeaderAndSectionCorruptionsAreJudgedAsTheCpuJudgesThem) {
+  EncodeOptions o;
+  o.layout = {0, 4, 64};
+  auto in = KvLike(DType::kBF16, 2 * kMaxTileSymbols + 77, 256, 5);
+  auto good = EncodeCpu(o, in);
+  ASSERT_GT(good.size(), 64u);
+  uint64_t raw_plane = 0;
+  std::memcpy(&raw_plane, good.data() + 40, 8);
+  std::vector<size_t> at;
+  for (size_t k = 0; k < 64; ++k) at.push_back(k);
+  for (size_t k = 64 + raw_plane; k < std::min(good.size(), 64 + raw_plane + 256 + 2048); ++k) at.push_back(k);
+  Batch b;
+  std::vector<bool> cpu_ok;
+  std::mt19937 rng(3);
+  for (size_t k : at) {
+    auto bad = good;
+    bad[k] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    std::vector<uint8_t> out(in.size());
+    auto n = Decode(bad.data(), bad.size(), out.data(), out.size());
+    cpu_ok.push_back(n.ok() && *n == in.size() && out == in);
+    b.inputs.push_back(in);
+    b.chunks.push_back(bad);
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs);
+  int rejected = 0;
+  for (size_t k = 0; k < at.size(); ++k) {
+    EXPECT_EQ(status[k] == 0, cpu_ok[k]) << "byte " << at[k] << ": GPU status " << status[k];
+    if (status[k] == 0) {
+      EXPECT_TRUE(outs[k] == in) << "byte " << at[k] << " corrupted, decoded OK to different bytes";
+    } else {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, static_cast<int>(at.size()) / 2);
+}
+
 struct EncodeCase {
   std::vector<uint8_t> input;
   EncodeOptions options;
