@@ -349,6 +349,16 @@ __device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uin
   sum->b += w0;
 }
 
+// EmitPiece for a piece wholly inside the chunk, written at dst.
+__device__ __forceinline__ void EmitWholePiece(uint8_t* dst, uint32_t at, uint64_t w0, uint64_t w1,
+                                               const uint64_t* key, PairSum* sum) {
+  using checksum::Product;
+  const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + at / 8);  // at: offset in the checksum block
+  *reinterpret_cast<ulonglong2*>(dst) = make_ulonglong2(w0, w1);
+  sum->a += Product(w0, k.x) + w1;
+  sum->b += Product(w1, k.y) + w0;
+}
+
 // bf16: four elements from four raw bytes r and four symbols sy (byte k is
 // element k's): element = (raw >> 7) << 15 | symbol << 7 | (raw & 0x7f). Byte
 // permutes pair each raw byte with its symbol, three masks place the bits.
@@ -408,11 +418,23 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t b0 = e0 * s.elem_bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * s.elem_bytes);
   if constexpr (kBf16) {  // a piece is 8 symbols and 8 raw bytes
-    for (uint32_t i = 0; i < 2; ++i) {
-      const uint64_t off = b0 + 16 * lane + 512 * i;
-      if (off >= b1) break;
-      const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
-      EmitPiece(s, off, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
+    // A whole segment (1 KiB) inside one output block: no per-piece checks.
+    const Addr& out = s.out;
+    if (b1 - b0 == 2 * kSeg && (out.blocks == nullptr || b0 % out.bb + 2 * kSeg <= out.bb)) {
+      uint8_t* dst = out.At(b0) + 16 * lane;
+      const uint32_t at = static_cast<uint32_t>(b0 % checksum::kBlockBytes) + 16 * lane;
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i) {
+        const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
+        EmitWholePiece(dst + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
+      }
+    } else {
+      for (uint32_t i = 0; i < 2; ++i) {
+        const uint64_t off = b0 + 16 * lane + 512 * i;
+        if (off >= b1) break;
+        const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
+        EmitPiece(s, off, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
+      }
     }
   } else {
     const uint32_t limit = static_cast<uint32_t>(b1 - b0);
@@ -466,6 +488,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint8_t* map = in + s.map_off;
   const uint8_t* raw = in + s.raw_off;
   const unsigned lt = (1u << lane) - 1;
+  const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   PairSum sum;
   auto round = [&](uint32_t r, bool active) {
     if (r % kRefillRounds == 0) refill(wpos);
@@ -473,7 +496,10 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
     const bool need = active && y < kL;
     const unsigned mask = __ballot_sync(0xffffffffu, need);
-    const uint32_t word = ring[(wpos + __popc(mask & lt)) % kRing];  // every lane reads: no divergence
+    // Every lane reads a word (volatile: not moved under `need`, which would
+    // cost a branch a round).
+    uint32_t word;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(word) : "r"(ring_at + (wpos + __popc(mask & lt)) % kRing * 2));
     x = need ? (y << 16) | word : (active ? y : x);
     wpos += __popc(mask);
     st[r * 32 + lane] = static_cast<uint8_t>(e);
