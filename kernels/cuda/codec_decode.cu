@@ -37,6 +37,8 @@ struct Workspace {
 // tiles' entries per thread (a 64 MiB bf16 chunk has 4096 tiles).
 __global__ void __launch_bounds__(1024)
     ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  WaitForPrevious();
+  LetNextStart();
   const int c = blockIdx.x;
   const DeviceChunk ch = chunks[c];
   ChunkState& s = ws.state[c];
@@ -584,6 +586,7 @@ __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
+  WaitForPrevious();
   extern __shared__ uint8_t smem_raw[];
   DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem_raw);
   const int c = blockIdx.y;
@@ -633,6 +636,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 }
 
 __global__ void FinishKernel(int32_t* status, Workspace ws, int count) {
+  WaitForPrevious();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= count || status[c] != kOk) return;
   const ChunkState& s = ws.state[c];
@@ -698,10 +702,13 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.tile_entry = reinterpret_cast<uint32_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
-  ParseKernel<<<count, 1024, 0, stream>>>(chunks, status, ws, max_tiles_);
-  DecodeKernel<<<dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32,
-                 sizeof(DecodeShared), stream>>>(chunks, status, ws, max_tiles_);
-  FinishKernel<<<(count + 127) / 128, 128, 0, stream>>>(status, ws, count);
+  cudaError_t e = Launch(ParseKernel, count, 1024, 0, stream, chunks, status, ws, max_tiles_);
+  if (e == cudaSuccess) {
+    e = Launch(DecodeKernel, dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32,
+               sizeof(DecodeShared), stream, chunks, status, ws, max_tiles_);
+  }
+  if (e == cudaSuccess) e = Launch(FinishKernel, (count + 127) / 128, 128, 0, stream, status, ws, count);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

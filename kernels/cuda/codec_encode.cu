@@ -70,6 +70,8 @@ struct Workspace {
 // ---- Setup ----------------------------------------------------------------
 
 __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
+  WaitForPrevious();
+  LetNextStart();
   const int c = blockIdx.x;
   const EncodeChunk ch = chunks[c];
   ChunkPlan& p = ws.plan[c];
@@ -253,6 +255,7 @@ constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + 
 
 __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeChunk* chunks, const int32_t* status,
                                                                    Workspace ws) {
+  WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
@@ -410,6 +413,7 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
 
 // KV-aware mode: channel ranks -> group16 (bitonic sort of the unique keys).
 __global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Workspace ws) {
+  WaitForPrevious();
   const int c = blockIdx.x;
   if (status[c] != kOk) return;
   const ChunkPlan& p = ws.plan[c];
@@ -512,6 +516,7 @@ __device__ __forceinline__ uint32_t SymbolAt(const ChunkPlan& p, uint64_t e) {
 }
 
 __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Workspace ws) {
+  WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
@@ -546,6 +551,8 @@ __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Works
 // first strictly cheaper wins), writes map and tables into the chunk and the
 // encode tables into the workspace.
 __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+  WaitForPrevious();
+  LetNextStart();
   const int c = blockIdx.x;
   if (status[c] != kOk) return;
   ChunkPlan& p = ws.plan[c];
@@ -706,6 +713,7 @@ __device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t
 constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
 
 __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t* status, Workspace ws) {
+  WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
@@ -810,6 +818,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
 // instead, 16 KiB each. Block 0 writes the header and the chunk's size.
 __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes,
                                                    Workspace ws) {
+  WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan& p = ws.plan[c];
@@ -984,17 +993,23 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.max_tiles = max_tiles_;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitBytes - 1) / kSplitBytes);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
-  SetupKernel<<<count, 256, 0, stream>>>(chunks, status, sizes, ws);
-  SplitKernel<<<dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream>>>(chunks, status, ws);
-  RankKernel<<<count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream>>>(status, ws);
-  Hist16Kernel<<<dim3(hist16_blocks, count), 256, 0, stream>>>(status, ws);
-  PlanKernel<<<count, 256, 0, stream>>>(chunks, status, ws);
+  cudaError_t e = cudaSuccess;
+  auto launch = [&e](cudaError_t r) {
+    if (e == cudaSuccess) e = r;
+  };
+  launch(Launch(SetupKernel, count, 256, 0, stream, chunks, status, sizes, ws));
+  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws));
+  launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
+  launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
+  launch(Launch(PlanKernel, count, 256, 0, stream, chunks, status, ws));
+  if (e != cudaSuccess) return e;
   if (split != nullptr && split->planned != nullptr) {
-    if (const cudaError_t e = cudaEventRecord(split->planned, stream); e != cudaSuccess) return e;
+    if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return r;
   }
-  TilesKernel<<<dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0, stream>>>(
-      status, ws);
-  PlaceKernel<<<dim3(max_tiles_, count), 256, 0, stream>>>(chunks, status, sizes, ws);
+  launch(Launch(TilesKernel, dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0,
+                stream, status, ws));
+  launch(Launch(PlaceKernel, dim3(max_tiles_, count), 256, 0, stream, chunks, status, sizes, ws));
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
