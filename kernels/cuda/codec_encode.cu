@@ -697,11 +697,12 @@ __device__ __forceinline__ void EncodeStep(bool active, uint2 e, uint32_t lt, ui
   if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
       static_cast<uint16_t>(x);
   emitted += k;
+  // x = (v / f) * M + v % f + cum, with q = umulhi(v, rcp) one short at
+  // most: x = v + q * (M - f) + cum, plus M - f when v - q * f >= f.
   const uint32_t v = need ? x >> 16 : x;
-  uint32_t q = __umulhi(v, e.y);
-  uint32_t rem = v - q * f;
-  if (rem >= f) ++q, rem -= f;
-  if (active) x = (q << kProbBits) + rem + (e.x >> 16);
+  const uint32_t q = __umulhi(v, e.y), cmpl = kM - f;
+  const uint32_t nx = v + q * cmpl + (e.x >> 16);
+  if (active) x = v - q * f >= f ? nx + cmpl : nx;
 }
 
 __device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t tile, uint32_t size) {
