@@ -158,25 +158,34 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  // Tile offsets: a block-wide exclusive scan of the directory's sizes.
+  // Tile offsets: block-wide exclusive scans of the directory's sizes, 4
+  // consecutive entries a thread per round (their loads all in flight at
+  // once), the entries kept in registers.
   {
-    const uint32_t per = (s.tiles + blockDim.x - 1) / blockDim.x;
-    const uint32_t t0 = min(s.tiles, threadIdx.x * per), t1 = min(s.tiles, t0 + per);
-    uint64_t mine = 0;
-    for (uint32_t t = t0; t < t1; ++t) {
-      const uint32_t size = Ld32(ch.data + dir_off + 4ull * t) & ~kTileRaw;
-      if (size % 4 != 0) err = kBadSection;
-      mine += size;
+    uint64_t carry = tiles_start;
+    for (uint32_t base = 0; base < s.tiles; base += 4 * blockDim.x) {
+      const uint32_t t0 = base + 4 * threadIdx.x;
+      uint32_t e[4];
+      uint64_t mine = 0;
+#pragma unroll
+      for (uint32_t q = 0; q < 4; ++q) {
+        e[q] = t0 + q < s.tiles ? Ld32(ch.data + dir_off + 4ull * (t0 + q)) : 0;
+        if (e[q] % 4 != 0) err = kBadSection;  // sizes are multiples of 4 (bit 31 is RAW)
+        mine += e[q] & ~kTileRaw;
+      }
+      uint64_t total = 0;
+      uint64_t off = carry + BlockExclusiveScan(mine, &total);
+#pragma unroll
+      for (uint32_t q = 0; q < 4; ++q) {
+        if (t0 + q < s.tiles) {
+          ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t0 + q] = e[q];
+          ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t0 + q] = off;
+        }
+        off += e[q] & ~kTileRaw;
+      }
+      carry += total;
     }
-    uint64_t total = 0;
-    uint64_t off = tiles_start + BlockExclusiveScan(mine, &total);
-    if (threadIdx.x == 0 && tiles_start + total != ch.bytes) err = kBadSection;  // tiles end at the chunk's end
-    for (uint32_t t = t0; t < t1; ++t) {
-      const uint32_t e = Ld32(ch.data + dir_off + 4ull * t);
-      ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t] = e;
-      ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t] = off;
-      off += e & ~kTileRaw;
-    }
+    if (threadIdx.x == 0 && carry != ch.bytes) err = kBadSection;  // tiles end at the chunk's end
     __syncthreads();
     if (err != kOk) {
       if (threadIdx.x == 0) status[c] = err;
@@ -228,11 +237,11 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  // Slot tables: 16 consecutive slots a thread; the first slot's symbol by
-  // binary search (the largest non-empty symbol whose cum is <= slot), then a
-  // walk forward.
-  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 16); k += blockDim.x) {
-    const uint32_t t = k / (kM / 16), slot0 = k % (kM / 16) * 16;
+  // Slot tables: 4 consecutive slots a thread, written at once; the first
+  // slot's symbol by binary search (the largest non-empty symbol whose cum is
+  // <= slot), then a walk forward.
+  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 4); k += blockDim.x) {
+    const uint32_t t = k / (kM / 4), slot0 = k % (kM / 4) * 4;
     if (scum[t][256] == 0) continue;
     uint32_t lo = 0, hi = 255;
     while (lo < hi) {
@@ -243,12 +252,16 @@ __global__ void __launch_bounds__(1024)
         hi = mid - 1;
       }
     }
-    uint32_t* dst = ws.tables[static_cast<uint64_t>(c) * kMaxTables + t] + slot0;
+    uint32_t v[4];
     uint32_t sym = lo;
-    for (uint32_t slot = slot0; slot < slot0 + 16; ++slot) {
+#pragma unroll
+    for (uint32_t q = 0; q < 4; ++q) {
+      const uint32_t slot = slot0 + q;
       while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
-      dst[slot - slot0] = sym | (static_cast<uint32_t>(sfreq[t][sym]) - 1) << 8 | (slot - scum[t][sym]) << 20;
+      v[q] = sym | (static_cast<uint32_t>(sfreq[t][sym]) - 1) << 8 | (slot - scum[t][sym]) << 20;
     }
+    *reinterpret_cast<uint4*>(ws.tables[static_cast<uint64_t>(c) * kMaxTables + t] + slot0) =
+        make_uint4(v[0], v[1], v[2], v[3]);
   }
   if (threadIdx.x == 0) status[c] = kOk;
 }

@@ -338,12 +338,19 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
     for (int k = 0; k < 8; ++k) f[k] = 0;
     return 4ull << 19;  // an empty table: lo, count
   }
+  // floor(h * M / total) by a double reciprocal, then made exact (h * M <
+  // 2^53 is exact in a double; the estimate is off by at most one).
+  const double inv = static_cast<double>(kM) / static_cast<double>(total);
   uint32_t sum = 0;
   for (int k = 0; k < 8; ++k) {
-    f[k] = h[k] == 0 ? 0 : static_cast<uint32_t>(max(uint64_t{1}, h[k] * kM / total));
+    const uint64_t a = h[k] * kM;
+    uint64_t q = static_cast<uint64_t>(static_cast<double>(h[k]) * inv);
+    if (q * total > a) --q;
+    if ((q + 1) * total <= a) ++q;
+    f[k] = h[k] == 0 ? 0 : static_cast<uint32_t>(max(uint64_t{1}, q));
     sum += f[k];
   }
-  sum = WarpSum(sum);
+  sum = __reduce_add_sync(0xffffffffu, sum);
   const int32_t d = static_cast<int32_t>(kM) - static_cast<int32_t>(sum);
   if (d > 0) {
     // The most frequent symbol, lowest index on ties.
@@ -367,7 +374,7 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
     auto excess = [&](uint32_t level) {
       uint32_t e = 0;
       for (int k = 0; k < 8; ++k) e += f[k] > level ? f[k] - level : 0;
-      return WarpSum(e);
+      return __reduce_add_sync(0xffffffffu, e);
     };
     uint32_t lo = 1, hi = kM;
     while (lo < hi) {
