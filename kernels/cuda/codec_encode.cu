@@ -83,7 +83,8 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
     if (ws.estimate != nullptr) ws.estimate[c] = 0;
     std::memset(&p, 0, sizeof(p));
     do {
-      if (!GetElemInfo(ch.dtype, &p.e) || ch.bytes % p.e.bytes != 0 || ch.out == nullptr ||
+      // Element sizes are 1, 2 or 4: shifts and masks, not 64-bit divisions.
+      if (!GetElemInfo(ch.dtype, &p.e) || (ch.bytes & (p.e.bytes - 1)) != 0 || ch.out == nullptr ||
           ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in) ||
           (!ch.allow_stored && ch.out_capacity < plan::MaxSplitChunkBytes(ch.bytes))) {
         err = kBadInput;
@@ -91,7 +92,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       }
       p.dtype = ch.dtype;
       p.bytes = ch.bytes;
-      p.n = ch.bytes / p.e.bytes;
+      p.n = ch.bytes >> (p.e.bytes / 2);
       if (p.n > ws.max_elems || p.n > kMaxElements) {
         err = kTooLarge;
         break;
