@@ -16,6 +16,18 @@ namespace {
 // One shared-memory load gives everything a rANS step needs.
 using SlotTable = uint32_t[kM];
 
+// A grouped chunk's tables, compact enough for shared memory (16 tables in
+// 20.5 KiB, against 256 KiB of slot tables): per table, freq | cum << 16 of
+// each symbol (entry 256: cum 4096, a sentinel), and the symbol holding the
+// first slot of each 16-slot bucket. A lookup starts at its bucket's symbol
+// and walks forward past the symbols that end before its slot (few: a bucket
+// spans more than one symbol only where frequencies are below 16).
+constexpr uint32_t kBucketLog2 = 4;
+struct GroupTables {
+  uint32_t fc[kMaxTables][257];
+  uint8_t bucket[kMaxTables][kM >> kBucketLog2];
+};
+
 struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
   uint64_t raw_off, map_off;
@@ -26,7 +38,8 @@ struct ChunkState {
 
 struct Workspace {
   ChunkState* state;
-  SlotTable* tables;        // [max_chunks][kMaxTables]
+  SlotTable* tables;        // [max_chunks]: one-table chunks
+  GroupTables* groups;      // [max_chunks]: grouped chunks
   uint64_t* tile_off;       // [max_chunks][max_tiles]: byte offset of each tile
   uint32_t* tile_entry;     // [max_chunks][max_tiles]: directory entries
   unsigned long long* sum;  // [max_chunks]
@@ -244,30 +257,47 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  // Slot tables: 4 consecutive slots a thread, written at once; the first
-  // slot's symbol by binary search (the largest non-empty symbol whose cum is
-  // <= slot), then a walk forward.
-  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 4); k += blockDim.x) {
-    const uint32_t t = k / (kM / 4), slot0 = k % (kM / 4) * 4;
-    if (scum[t][256] == 0) continue;
+  // The symbol whose range holds `slot` in table t: the largest non-empty
+  // symbol whose cum is <= slot (binary search).
+  auto symbol_at = [&](uint32_t t, uint32_t slot) {
     uint32_t lo = 0, hi = 255;
     while (lo < hi) {
       const uint32_t mid = (lo + hi + 1) / 2;
-      if (scum[t][mid] <= slot0) {
+      if (scum[t][mid] <= slot) {
         lo = mid;
       } else {
         hi = mid - 1;
       }
     }
+    return lo;
+  };
+  if (s.tables > 1) {  // grouped: compact tables (GroupTables)
+    GroupTables& g = ws.groups[c];
+    for (uint32_t k = threadIdx.x; k < s.tables * 257; k += blockDim.x) {
+      const uint32_t t = k / 257, sym = k % 257;
+      g.fc[t][sym] = sym == 256 ? kM << 16 : sfreq[t][sym] | static_cast<uint32_t>(scum[t][sym]) << 16;
+    }
+    for (uint32_t k = threadIdx.x; k < s.tables * (kM >> kBucketLog2); k += blockDim.x) {
+      const uint32_t t = k / (kM >> kBucketLog2), b = k % (kM >> kBucketLog2);
+      g.bucket[t][b] = static_cast<uint8_t>(scum[t][256] == 0 ? 0 : symbol_at(t, b << kBucketLog2));
+    }
+    if (threadIdx.x == 0) status[c] = kOk;
+    return;
+  }
+  // One table: slot tables, 4 consecutive slots a thread, written at once;
+  // the first slot's symbol by binary search, then a walk forward.
+  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 4); k += blockDim.x) {
+    const uint32_t t = k / (kM / 4), slot0 = k % (kM / 4) * 4;
+    if (scum[t][256] == 0) continue;
     uint32_t v[4];
-    uint32_t sym = lo;
+    uint32_t sym = symbol_at(t, slot0);
 #pragma unroll
     for (uint32_t q = 0; q < 4; ++q) {
       const uint32_t slot = slot0 + q;
       while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
       v[q] = sym | (static_cast<uint32_t>(sfreq[t][sym]) - 1) << 8 | (slot - scum[t][sym]) << 20;
     }
-    *reinterpret_cast<uint4*>(ws.tables[static_cast<uint64_t>(c) * kMaxTables + t] + slot0) =
+    *reinterpret_cast<uint4*>(ws.tables[c] + slot0) =
         make_uint4(v[0], v[1], v[2], v[3]);
   }
   if (threadIdx.x == 0) status[c] = kOk;
@@ -289,7 +319,10 @@ constexpr uint32_t kRefillRounds = 8;
 
 struct DecodeShared {
   uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys (16-byte aligned: pairs are loaded at once)
-  SlotTable table;                         // a single-table chunk's slot table
+  union {
+    SlotTable table;     // a single-table chunk's slot table
+    GroupTables groups;  // a grouped chunk's tables
+  };
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
 };
@@ -586,10 +619,17 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
         s, in, tile, size, begin, n, [table](uint32_t, uint32_t slot) { return table[slot]; }, st, sh.ring[warp],
         sh.key, raw_aligned, gsum);
   }
-  const uint32_t* gtables = ws.tables[static_cast<uint64_t>(c) * kMaxTables];  // several: always groups (Parse)
-  return DecodeCodedTile<kBf16, true>(
-      s, in, tile, size, begin, n, [gtables](uint32_t tb, uint32_t slot) { return __ldg(gtables + tb * kM + slot); },
-      st, sh.ring[warp], sh.key, raw_aligned, gsum);
+  // Several tables: always channel groups (Parse). The lookup builds the
+  // slot-table entry from the compact tables in shared memory.
+  const GroupTables& g = sh.groups;
+  auto lookup = [&g](uint32_t tb, uint32_t slot) {
+    uint32_t sym = g.bucket[tb][slot >> kBucketLog2];
+    uint32_t fc = g.fc[tb][sym];
+    while (slot >= g.fc[tb][sym + 1] >> 16) fc = g.fc[tb][++sym];  // ends: entry 256 has cum 4096
+    return sym | ((fc & 0xffff) - 1) << 8 | (slot - (fc >> 16)) << 20;
+  };
+  return DecodeCodedTile<kBf16, true>(s, in, tile, size, begin, n, lookup, st, sh.ring[warp], sh.key, raw_aligned,
+                                      gsum);
 }
 
 // DecodeTile for dtypes other than bf16. Not inlined: its registers do not
@@ -602,7 +642,7 @@ __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8
 // Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
 // blockIdx.y = chunk). A tile decodes straight into the output, checksummed
 // on the way (FinishKernel compares the sum). A single-table chunk keeps its
-// slot table in shared memory; grouped chunks read theirs through L1.
+// slot table in shared memory, a grouped chunk its compact tables.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
@@ -614,12 +654,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   const ChunkState s = ws.state[c];
   if (blockIdx.x * kWarpsPerBlock >= s.tiles) return;
   const DeviceChunk ch = chunks[c];
-  const uint32_t* gtables = ws.tables[static_cast<uint64_t>(c) * kMaxTables];
-  const bool one_table = !(s.flags & kStored) && s.tables == 1;
   for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
-  if (one_table) {
+  if (!(s.flags & kStored) && s.tables == 1) {
     for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
-      reinterpret_cast<uint4*>(sh.table)[k] = reinterpret_cast<const uint4*>(gtables)[k];
+      reinterpret_cast<uint4*>(sh.table)[k] = reinterpret_cast<const uint4*>(ws.tables[c])[k];
+    }
+  } else if (!(s.flags & kStored)) {
+    static_assert(sizeof(GroupTables) % 16 == 0, "copied 16 bytes at a time");
+    for (uint32_t k = threadIdx.x; k < sizeof(GroupTables) / 16; k += blockDim.x) {
+      reinterpret_cast<uint4*>(&sh.groups)[k] = reinterpret_cast<const uint4*>(&ws.groups[c])[k];
     }
   }
   __syncthreads();
@@ -687,7 +730,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_chunk_bytes_ = max_chunk_bytes;
   d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes = n * sizeof(ChunkState) + n * kMaxTables * sizeof(SlotTable) +
+  const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) +
                          n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
   if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess) {
@@ -716,7 +759,9 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.state = reinterpret_cast<ChunkState*>(p);
   p = align(p + n * sizeof(ChunkState));
   ws.tables = reinterpret_cast<SlotTable*>(p);
-  p = align(p + n * kMaxTables * sizeof(SlotTable));
+  p = align(p + n * sizeof(SlotTable));
+  ws.groups = reinterpret_cast<GroupTables*>(p);
+  p = align(p + n * sizeof(GroupTables));
   ws.tile_off = reinterpret_cast<uint64_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint64_t));
   ws.tile_entry = reinterpret_cast<uint32_t*>(p);
