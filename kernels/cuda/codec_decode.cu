@@ -17,12 +17,12 @@ namespace {
 using SlotTable = uint32_t[kM];
 
 // A grouped chunk's tables, compact enough for shared memory (16 tables in
-// 20.5 KiB, against 256 KiB of slot tables): per table, freq | cum << 16 of
+// 24 KiB, against 256 KiB of slot tables): per table, freq | cum << 16 of
 // each symbol (entry 256: cum 4096, a sentinel), and the symbol holding the
-// first slot of each 16-slot bucket. A lookup starts at its bucket's symbol
+// first slot of each 8-slot bucket. A lookup starts at its bucket's symbol
 // and walks forward past the symbols that end before its slot (few: a bucket
-// spans more than one symbol only where frequencies are below 16).
-constexpr uint32_t kBucketLog2 = 4;
+// spans more than one symbol only where frequencies are below 8).
+constexpr uint32_t kBucketLog2 = 3;
 struct GroupTables {
   uint32_t fc[kMaxTables][257];
   uint8_t bucket[kMaxTables][kM >> kBucketLog2];
@@ -547,8 +547,8 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   PairSum sum;
   auto round = [&](uint32_t r, bool active) {
     if (r % kRefillRounds == 0) refill(wpos);
-    const uint32_t e = table_at(kGroups ? map[ch_idx] : 0u, x & (kM - 1));
-    const uint32_t y = (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
+    uint32_t sym;  // the decoded symbol; y: the state before renormalisation
+    const uint32_t y = table_at(kGroups ? map[ch_idx] : 0u, x, &sym);
     const bool need = active && y < kL;
     const unsigned mask = __ballot_sync(0xffffffffu, need);
     // Every lane reads a word (volatile: not moved under `need`, which would
@@ -557,7 +557,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(word) : "r"(ring_at + (wpos + __popc(mask & lt)) % kRing * 2));
     x = need ? (y << 16) | word : (active ? y : x);
     wpos += __popc(mask);
-    st[r * 32 + lane] = static_cast<uint8_t>(e);
+    st[r * 32 + lane] = static_cast<uint8_t>(sym);
     if (kGroups) {
       ch_idx += ch_step;
       if (ch_idx >= C) ch_idx -= C;
@@ -615,18 +615,24 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   }
   if (s.tables == 1) {  // channel groups with one table need no channel map lookups
     const uint32_t* table = sh.table;
-    return DecodeCodedTile<kBf16, false>(
-        s, in, tile, size, begin, n, [table](uint32_t, uint32_t slot) { return table[slot]; }, st, sh.ring[warp],
-        sh.key, raw_aligned, gsum);
+    auto lookup = [table](uint32_t, uint32_t x, uint32_t* sym) {
+      const uint32_t e = table[x & (kM - 1)];
+      *sym = e & 0xff;
+      return (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
+    };
+    return DecodeCodedTile<kBf16, false>(s, in, tile, size, begin, n, lookup, st, sh.ring[warp], sh.key, raw_aligned,
+                                         gsum);
   }
-  // Several tables: always channel groups (Parse). The lookup builds the
-  // slot-table entry from the compact tables in shared memory.
+  // Several tables: always channel groups (Parse); the compact tables are in
+  // shared memory.
   const GroupTables& g = sh.groups;
-  auto lookup = [&g](uint32_t tb, uint32_t slot) {
-    uint32_t sym = g.bucket[tb][slot >> kBucketLog2];
-    uint32_t fc = g.fc[tb][sym];
-    while (slot >= g.fc[tb][sym + 1] >> 16) fc = g.fc[tb][++sym];  // ends: entry 256 has cum 4096
-    return sym | ((fc & 0xffff) - 1) << 8 | (slot - (fc >> 16)) << 20;
+  auto lookup = [&g](uint32_t tb, uint32_t x, uint32_t* sym) {
+    const uint32_t slot = x & (kM - 1);
+    uint32_t k = g.bucket[tb][slot >> kBucketLog2];
+    uint32_t fc = g.fc[tb][k];
+    while (slot >= g.fc[tb][k + 1] >> 16) fc = g.fc[tb][++k];  // ends: entry 256 has cum 4096
+    *sym = k;
+    return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
   };
   return DecodeCodedTile<kBf16, true>(s, in, tile, size, begin, n, lookup, st, sh.ring[warp], sh.key, raw_aligned,
                                       gsum);
