@@ -438,7 +438,8 @@ __device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* 
     uint32_t v = st[j];
     if (!E::opaque) {
       const uint32_t r = E::raw_bits == 8 ? raw[e0 + j] : Unpack(raw, e0 + j, E::raw_bits);
-      v = ((r >> E::mant_bits) << (E::exp_bits + E::mant_bits)) | (v << E::mant_bits) | (r & ((1u << E::mant_bits) - 1));
+      const uint32_t sign = r >> E::mant_bits, mant = r & ((1u << E::mant_bits) - 1);
+      v = sign << (E::exp_bits + E::mant_bits) | v << E::mant_bits | mant;
     }
     w |= static_cast<uint64_t>(v) << (8 * k);
   }
