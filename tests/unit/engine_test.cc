@@ -4,8 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <random>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "kernels/checksum.h"
 #include "kernels/codec.h"
@@ -200,6 +202,77 @@ TEST_P(EngineTest, CancelAndDeadlineEndJobsAndFreeStaging) {
   auto st = rx->stats();
   EXPECT_EQ(st.recv_slots_free, st.recv_slots);
   EXPECT_EQ(st.active_recvs, 0u);
+}
+
+// A transport that cancels the receives posted on it by itself when told to,
+// as UCX does to a rendezvous from a sender that died.
+class SelfCancellingTransport final : public Transport {
+ public:
+  explicit SelfCancellingTransport(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
+  const transport::Capabilities& capabilities() const override { return t_->capabilities(); }
+  std::string address() const override { return t_->address(); }
+  absl::StatusOr<std::unique_ptr<transport::Endpoint>> Connect(const std::string& peer) override {
+    return t_->Connect(peer);
+  }
+  absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie, bool device) override {
+    {
+      absl::MutexLock l(&mu_);
+      posted_.push_back(cookie);
+    }
+    return t_->SubmitRecv(tag, buf, capacity, cookie, device);
+  }
+  void CancelRecv(uint64_t cookie) override { t_->CancelRecv(cookie); }
+  size_t Progress(std::vector<transport::Completion>* out) override {
+    if (cancel_.exchange(false)) {
+      std::vector<uint64_t> posted;
+      {
+        absl::MutexLock l(&mu_);
+        posted.swap(posted_);
+      }
+      for (uint64_t c : posted) t_->CancelRecv(c);
+    }
+    return t_->Progress(out);
+  }
+  void Wait(absl::Duration timeout) override { t_->Wait(timeout); }
+  void Wake() override { t_->Wake(); }
+
+  size_t posted() {
+    absl::MutexLock l(&mu_);
+    return posted_.size();
+  }
+  void CancelAllPosted() {
+    cancel_ = true;
+    t_->Wake();
+  }
+
+ private:
+  std::unique_ptr<Transport> t_;
+  std::atomic<bool> cancel_{false};
+  absl::Mutex mu_;
+  std::vector<uint64_t> posted_ ABSL_GUARDED_BY(mu_);
+};
+
+// A receive the transport cancelled on its own (not through Cancel) fails
+// the transfer as the sender's loss, not as a cancel by the user.
+TEST_P(EngineTest, ReceivesTheTransportCancelsFailAsTheSendersLoss) {
+  auto owned = std::make_unique<SelfCancellingTransport>(NewTransport());
+  SelfCancellingTransport* t = owned.get();
+  auto rx = Engine::Create(std::move(owned), EngineOptions{64 << 10, 1 << 20, 8});
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  std::vector<uint8_t> dst(1 << 20);
+  Result r;
+  ASSERT_TRUE((*rx)->StartRecv({33, SegmentList({{dst.data(), dst.size()}}), 64 << 10, absl::InfiniteFuture(),
+                                nullptr, r.cb()})
+                  .ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (t->posted() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_GT(t->posted(), 0u) << "the engine posted no receive";
+  t->CancelAllPosted();
+  const absl::Status st = r.Get();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("sender"), std::string::npos) << st;
+  auto stats = (*rx)->stats();
+  EXPECT_EQ(stats.recv_slots_free, stats.recv_slots);
 }
 
 TEST_P(EngineTest, SenderToMissingReceiverFails) {

@@ -1439,9 +1439,11 @@ class Engine::Impl {
       }
     } else if (st.code() == absl::StatusCode::kOutOfRange) {
       st = absl::DataLossError(absl::StrFormat("message larger than expected: %s", st.message()));
-    } else if (st.code() != absl::StatusCode::kCancelled) {
+    } else if (st.code() != absl::StatusCode::kCancelled || !j->ending) {
       // Transport failures (peer gone, endpoint timeout) are the sender's loss,
-      // not this transfer's deadline.
+      // not this transfer's deadline. So is a receive the transport cancelled
+      // on its own (a rendezvous from a sender that died): this engine's own
+      // cancels end the job first (Fail).
       st = absl::UnavailableError(absl::StrFormat("receive from sender failed: %s", st.message()));
     }
     if (decoding) {  // the slot stays in flight until its codec thread is done
