@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "kernels/checksum.h"
 #include "kernels/codec.h"
 #include "tests/util/engine_util.h"
@@ -216,7 +216,7 @@ class SelfCancellingTransport final : public Transport {
   }
   absl::Status SubmitRecv(uint64_t tag, void* buf, size_t capacity, uint64_t cookie, bool device) override {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       posted_.push_back(cookie);
     }
     return t_->SubmitRecv(tag, buf, capacity, cookie, device);
@@ -226,7 +226,7 @@ class SelfCancellingTransport final : public Transport {
     if (cancel_.exchange(false)) {
       std::vector<uint64_t> posted;
       {
-        absl::MutexLock l(&mu_);
+        MutexLock l(&mu_);
         posted.swap(posted_);
       }
       for (uint64_t c : posted) t_->CancelRecv(c);
@@ -237,7 +237,7 @@ class SelfCancellingTransport final : public Transport {
   void Wake() override { t_->Wake(); }
 
   size_t posted() {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     return posted_.size();
   }
   void CancelAllPosted() {
@@ -248,7 +248,7 @@ class SelfCancellingTransport final : public Transport {
  private:
   std::unique_ptr<Transport> t_;
   std::atomic<bool> cancel_{false};
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<uint64_t> posted_ ABSL_GUARDED_BY(mu_);
 };
 
