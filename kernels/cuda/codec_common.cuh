@@ -34,6 +34,12 @@ __device__ __forceinline__ uint32_t ElemSymbol(uint32_t v, uint32_t exp_bits, ui
 __device__ __forceinline__ uint32_t ElemRaw(uint32_t v, uint32_t exp_bits, uint32_t mant_bits, bool opaque) {
   return opaque ? 0 : ((v >> (exp_bits + mant_bits)) << mant_bits) | (v & ((1u << mant_bits) - 1));
 }
+// The element of a symbol and a raw part (the inverse of the two above).
+__device__ __forceinline__ uint32_t ElemJoin(uint32_t symbol, uint32_t raw, uint32_t exp_bits, uint32_t mant_bits,
+                                             bool opaque) {
+  return opaque ? symbol : (raw >> mant_bits) << (exp_bits + mant_bits) | symbol << mant_bits |
+                               (raw & ((1u << mant_bits) - 1));
+}
 
 // Each dtype's layout (codes 1..6) as a compile-time type, for hot loops:
 // WithElem(dtype, f) calls f(ElemT<...>{}) for the chunk's dtype.
@@ -44,6 +50,9 @@ struct ElemT {
   static constexpr bool opaque = kOpaque;
   __device__ __forceinline__ static uint32_t Symbol(uint32_t v) { return ElemSymbol(v, kExp, kMant, kOpaque); }
   __device__ __forceinline__ static uint32_t Raw(uint32_t v) { return ElemRaw(v, kExp, kMant, kOpaque); }
+  __device__ __forceinline__ static uint32_t Join(uint32_t symbol, uint32_t raw) {
+    return ElemJoin(symbol, raw, kExp, kMant, kOpaque);
+  }
 };
 
 // Returns false for an unknown dtype (f is not called).

@@ -284,21 +284,19 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) status[c] = kOk;
     return;
   }
-  // One table: slot tables, 4 consecutive slots a thread, written at once;
-  // the first slot's symbol by binary search, then a walk forward.
-  for (uint32_t k = threadIdx.x; k < s.tables * (kM / 4); k += blockDim.x) {
-    const uint32_t t = k / (kM / 4), slot0 = k % (kM / 4) * 4;
-    if (scum[t][256] == 0) continue;
+  // One table (non-empty: checked above): its slot table, 4 consecutive
+  // slots a thread, written at once; the first slot's symbol by binary
+  // search, then a walk forward.
+  for (uint32_t slot0 = 4 * threadIdx.x; slot0 < kM; slot0 += 4 * blockDim.x) {
     uint32_t v[4];
-    uint32_t sym = symbol_at(t, slot0);
+    uint32_t sym = symbol_at(0, slot0);
 #pragma unroll
     for (uint32_t q = 0; q < 4; ++q) {
       const uint32_t slot = slot0 + q;
-      while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
-      v[q] = sym | (static_cast<uint32_t>(sfreq[t][sym]) - 1) << 8 | (slot - scum[t][sym]) << 20;
+      while (sym < 255 && scum[0][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
+      v[q] = sym | (static_cast<uint32_t>(sfreq[0][sym]) - 1) << 8 | (slot - scum[0][sym]) << 20;
     }
-    *reinterpret_cast<uint4*>(ws.tables[c] + slot0) =
-        make_uint4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<uint4*>(ws.tables[c] + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
   }
   if (threadIdx.x == 0) status[c] = kOk;
 }
@@ -357,34 +355,27 @@ __device__ __forceinline__ void CpAsyncWaitPending(uint32_t pending) {
 }
 
 // A warp writes its output in 16-byte pieces: lane t the piece at 16t + 512i
-// of each 4 KiB checksum block, i.e. words 2t + 64i and 2t + 64i + 1, of
-// checksum lanes 2p and 2p + 1 (p = t % 4). Each lane keeps a = S[2p] +
-// D[2p + 1] and b = S[2p + 1] + D[2p] (Kvsum64WarpFinishPairs).
-struct PairSum {
-  uint64_t a = 0, b = 0;
+// of each 4 KiB checksum block, summed in Kvsum64Pairs.
+using kvferry::cuda::Kvsum64Pairs;
 
-  // The whole warp: adds block `block` (m bytes) to *sum and starts over.
-  __device__ __forceinline__ void Flush(uint64_t block, uint64_t m, unsigned long long* sum) {
-    kvferry::cuda::Kvsum64WarpFinishPairs(a, b, m, block, true, sum);
-    a = b = 0;
-  }
-};
+// A piece wholly inside the chunk, written at dst; `at` is its
+// offset in its checksum block.
+__device__ __forceinline__ void EmitWholePiece(uint8_t* dst, uint32_t at, uint64_t w0, uint64_t w1,
+                                               const uint64_t* key, Kvsum64Pairs* sum) {
+  *reinterpret_cast<ulonglong2*>(dst) = make_ulonglong2(w0, w1);
+  sum->Add(w0, w1, *reinterpret_cast<const ulonglong2*>(key + at / 8));
+}
 
 // Writes the piece at output offset `off` (a multiple of 16): words w0, w1
 // holding bytes [off, off + 16), and adds them to the checksum sums. At the
 // chunk's end only the bytes before it are written; a partial word is summed
 // as the format's tail word, a word wholly past the end not at all.
 __device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uint64_t w0, uint64_t w1,
-                                          const uint64_t* key, PairSum* sum) {
-  using checksum::Product;
-  const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + off % checksum::kBlockBytes / 8);
+                                          const uint64_t* key, Kvsum64Pairs* sum) {
   uint8_t* dst = s.out.At(off);  // 16-aligned, within one output block (block sizes are multiples of 64)
-  if (off + 16 <= s.orig_bytes) {
-    *reinterpret_cast<ulonglong2*>(dst) = make_ulonglong2(w0, w1);
-    sum->a += Product(w0, k.x) + w1;
-    sum->b += Product(w1, k.y) + w0;
-    return;
-  }
+  const uint32_t at = static_cast<uint32_t>(off % checksum::kBlockBytes);
+  if (off + 16 <= s.orig_bytes) return EmitWholePiece(dst, at, w0, w1, key, sum);
+  const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + at / 8);
   auto tail = [&](uint64_t w, uint32_t len, uint8_t* d) {  // writes len < 8 bytes, returns the tail word
     for (uint32_t q = 0; q < len; ++q) d[q] = static_cast<uint8_t>(w >> (8 * q));
     return (w & ((1ull << (8 * len)) - 1)) ^ (static_cast<uint64_t>(len) << 56);
@@ -394,24 +385,9 @@ __device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uin
     w0 = tail(w0, static_cast<uint32_t>(left), dst);
   } else {
     *reinterpret_cast<uint64_t*>(dst) = w0;
-    if (left > 8) {
-      w1 = tail(w1, static_cast<uint32_t>(left - 8), dst + 8);
-      sum->b += Product(w1, k.y);
-      sum->a += w1;
-    }
+    if (left > 8) sum->AddSecond(tail(w1, static_cast<uint32_t>(left - 8), dst + 8), k.y);
   }
-  sum->a += Product(w0, k.x);
-  sum->b += w0;
-}
-
-// EmitPiece for a piece wholly inside the chunk, written at dst.
-__device__ __forceinline__ void EmitWholePiece(uint8_t* dst, uint32_t at, uint64_t w0, uint64_t w1,
-                                               const uint64_t* key, PairSum* sum) {
-  using checksum::Product;
-  const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + at / 8);  // at: offset in the checksum block
-  *reinterpret_cast<ulonglong2*>(dst) = make_ulonglong2(w0, w1);
-  sum->a += Product(w0, k.x) + w1;
-  sum->b += Product(w1, k.y) + w0;
+  sum->AddFirst(w0, k.x);
 }
 
 // bf16: four elements from four raw bytes r and four symbols sy (byte k is
@@ -435,13 +411,8 @@ __device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* 
   for (uint32_t k = 0; k < 8; k += E::bytes) {
     if (first + k >= limit) break;
     const uint32_t j = (first + k) / E::bytes;  // the element's index in the segment
-    uint32_t v = st[j];
-    if (!E::opaque) {
-      const uint32_t r = E::raw_bits == 8 ? raw[e0 + j] : Unpack(raw, e0 + j, E::raw_bits);
-      const uint32_t sign = r >> E::mant_bits, mant = r & ((1u << E::mant_bits) - 1);
-      v = sign << (E::exp_bits + E::mant_bits) | v << E::mant_bits | mant;
-    }
-    w |= static_cast<uint64_t>(v) << (8 * k);
+    const uint32_t r = E::opaque ? 0 : E::raw_bits == 8 ? raw[e0 + j] : Unpack(raw, e0 + j, E::raw_bits);
+    w |= static_cast<uint64_t>(E::Join(st[j], r)) << (8 * k);
   }
   return w;
 }
@@ -469,7 +440,7 @@ __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw
 // chunk is bf16, whose raw bytes (raw8, LoadRaw8) are loaded ahead.
 template <bool kBf16>
 __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* raw, uint64_t e0, const uint8_t* st,
-                                            const uint2* raw8, const uint64_t* key, PairSum* sum,
+                                            const uint2* raw8, const uint64_t* key, Kvsum64Pairs* sum,
                                             unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t b0 = e0 * s.elem_bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * s.elem_bytes);
@@ -504,7 +475,7 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
   }
   if (b1 % checksum::kBlockBytes == 0 || b1 == s.orig_bytes) {
     const uint64_t block = (b1 - 1) / checksum::kBlockBytes;
-    sum->Flush(block, b1 - block * checksum::kBlockBytes, gsum);
+    sum->Finish(block, b1 - block * checksum::kBlockBytes, gsum);
   }
 }
 
@@ -545,7 +516,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint8_t* raw = in + s.raw_off;
   const unsigned lt = (1u << lane) - 1;
   const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  PairSum sum;
+  Kvsum64Pairs sum;
   auto round = [&](uint32_t r, bool active) {
     if (r % kRefillRounds == 0) refill(wpos);
     uint32_t sym;  // the decoded symbol; y: the state before renormalisation
@@ -601,7 +572,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
   if (entry & kTileRaw) {
     if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) return true;
-    PairSum sum;
+    Kvsum64Pairs sum;
     for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
       uint2 raw8[2];
       if (kBf16) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
@@ -682,7 +653,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(s.orig_bytes, b0 + kMaxTile);
     const uint8_t* src = in + kHeader;
     const bool aligned = reinterpret_cast<uintptr_t>(src) % 16 == 0;
-    PairSum sum;
+    Kvsum64Pairs sum;
     for (uint64_t blk = b0; blk < b1; blk += checksum::kBlockBytes) {
       const uint64_t end = min(b1, blk + checksum::kBlockBytes);
       for (uint64_t off = blk + 16 * lane; off < end; off += 512) {
@@ -695,7 +666,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
         }
         EmitPiece(s, off, w.x, w.y, sh.key, &sum);
       }
-      sum.Flush(blk / checksum::kBlockBytes, end - blk, gsum);
+      sum.Finish(blk / checksum::kBlockBytes, end - blk, gsum);
     }
     return;
   }

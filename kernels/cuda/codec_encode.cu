@@ -136,14 +136,14 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 }
 
 // A warp's part of SplitKernel: the 4 KiB checksum block at blk. Lane l
-// takes the 16-byte pieces at l * 16 + 512 i; adds its kvsum64 sums of the
-// pieces' first (S0, D0) and second (S1, D1) words. kWhole: the block is
+// takes the 16-byte pieces at l * 16 + 512 i and adds them to its kvsum64
+// sums. kWhole: the block is
 // whole (4 KiB of input), the chunk is coded, without channel groups: no
 // bounds checks, no channel sums (the hot path of large chunks).
 template <typename E, bool kWhole>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
-                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint64_t* S0,
-                                          uint64_t* D0, uint64_t* S1, uint64_t* D1) {
+                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum,
+                                          kvferry::cuda::Kvsum64Pairs* sum) {
   constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t C = static_cast<uint32_t>(p.channels);
@@ -178,12 +178,10 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
       uint64_t w0 = q.x | static_cast<uint64_t>(q.y) << 32, w1 = q.z | static_cast<uint64_t>(q.w) << 32;
       if (!kWhole && len < 8) w0 ^= static_cast<uint64_t>(len) << 56;
       const ulonglong2 k01 = *reinterpret_cast<const ulonglong2*>(key + at / 8);
-      *S0 += checksum::Product(w0, k01.x);
-      *D0 += w0;
+      sum->AddFirst(w0, k01.x);
       if (kWhole || len > 8) {
         if (!kWhole && len < 16) w1 ^= static_cast<uint64_t>(len - 8) << 56;
-        *S1 += checksum::Product(w1, k01.y);
-        *D1 += w1;
+        sum->AddSecond(w1, k01.y);
       }
       if (!kWhole && !code) continue;
       // Symbols into the histogram (and channel sums), raw parts packed
@@ -240,7 +238,8 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 // kSplitBlocksPerWarp 4 KiB checksum blocks of it (warp + 8 j), a lane one
 // 16-byte piece per step (lane + 32 i):
 //   - kvsum64: the piece's two words belong to checksum lanes 2 (lane % 4)
-//     and 2 (lane % 4) + 1, summed per lane and finished with two butterflies;
+//     and 2 (lane % 4) + 1, summed per lane in Kvsum64Pairs (kvsum64.cuh),
+//     as the decoder sums what it writes;
 //   - the raw plane: a piece holds 16 / eb elements, a whole number of bytes
 //     of raw plane for every dtype (at most 12), packed and written in place;
 //   - the order-0 histogram: 16-bit counters, two symbols a word, one column
@@ -274,35 +273,21 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeC
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
   }
   __syncthreads();
-  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t warp = threadIdx.x / 32;
   for (uint32_t j = 0; j < kSplitBlocksPerWarp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes;
     if (blk >= p.bytes) break;  // uniform over the warp
-    uint64_t S0 = 0, D0 = 0, S1 = 0, D1 = 0;
+    kvferry::cuda::Kvsum64Pairs sum;
     uint8_t* raw_out = chunks[c].out + kHeader;
     WithElem(p.dtype, [&](auto e) {
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
-        SplitWarp<decltype(e), true>(p, blk, raw_out, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+        SplitWarp<decltype(e), true>(p, blk, raw_out, code, key, hist, chsum, &sum);
       } else {
-        SplitWarp<decltype(e), false>(p, blk, raw_out, code, key, hist, chsum, &S0, &D0, &S1, &D1);
+        SplitWarp<decltype(e), false>(p, blk, raw_out, code, key, hist, chsum, &sum);
       }
     });
-    // Lanes with equal lane % 4 hold the same two checksum lanes: sum them,
-    // then lanes 0..7 take checksum lane l's sums (from lane l / 2) and
-    // finish the block as every kvsum64 kernel does.
-    for (int o = 4; o < 32; o *= 2) {
-      S0 += __shfl_xor_sync(0xffffffffu, S0, o);
-      D0 += __shfl_xor_sync(0xffffffffu, D0, o);
-      S1 += __shfl_xor_sync(0xffffffffu, S1, o);
-      D1 += __shfl_xor_sync(0xffffffffu, D1, o);
-    }
-    const uint32_t from = lane % 8 / 2;
-    const uint64_t s0 = __shfl_sync(0xffffffffu, S0, from), s1 = __shfl_sync(0xffffffffu, S1, from);
-    const uint64_t d0 = __shfl_sync(0xffffffffu, D0, from), d1 = __shfl_sync(0xffffffffu, D1, from);
-    const bool odd = lane % 2 != 0;
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
-    kvferry::cuda::Kvsum64AddBlockLanes(odd ? s1 : s0, odd ? d1 : d0, m, blk / checksum::kBlockBytes,
-                                        static_cast<int>(lane % 8), lane < 8, &ws.sum[c]);
+    sum.Finish(blk / checksum::kBlockBytes, m, &ws.sum[c]);
   }
   if (!code) return;  // uniform for the block
   __syncthreads();

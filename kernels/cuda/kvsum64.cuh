@@ -32,7 +32,7 @@ __device__ __forceinline__ void Kvsum64AddBlockLanes(uint64_t S, uint64_t D, uin
 // The whole warp finishes block `block` (m bytes) where lane t read the word
 // pairs 2t + 64i, 2t + 64i + 1 (16 bytes at 16t + 512i), of checksum lanes
 // 2p and 2p + 1, p = t % 4, and holds a = S[2p] + D[2p + 1] and
-// b = S[2p + 1] + D[2p] of them (PairSums). The digest is added to *sum
+// b = S[2p + 1] + D[2p] of them (Kvsum64Pairs). The digest is added to *sum
 // when `active` (uniform over the warp).
 __device__ __forceinline__ void Kvsum64WarpFinishPairs(uint64_t a, uint64_t b, uint64_t m, uint64_t block,
                                                        bool active, unsigned long long* sum) {
@@ -44,6 +44,34 @@ __device__ __forceinline__ void Kvsum64WarpFinishPairs(uint64_t a, uint64_t b, u
   const uint64_t pa = __shfl_sync(0xffffffffu, a, l / 2), pb = __shfl_sync(0xffffffffu, b, l / 2);
   Kvsum64AddBlockAcc(l % 2 ? pb : pa, m, block, l, active && threadIdx.x % 32 < 8, sum);
 }
+
+// Per-lane kvsum64 sums of a warp that reads a 4 KiB block in 16-byte pieces:
+// lane t the pieces at 16t + 512i, i.e. words 2t + 64i and 2t + 64i + 1, of
+// checksum lanes 2p and 2p + 1 (p = t % 4). A lane keeps a = S[2p] + D[2p + 1]
+// and b = S[2p + 1] + D[2p]; Finish() merges the warp's block.
+struct Kvsum64Pairs {
+  uint64_t a = 0, b = 0;
+
+  // The piece's first word (key k0), then its second (k1); a word past the
+  // data's end is not added, a partial one is added as the tail word.
+  __device__ __forceinline__ void AddFirst(uint64_t w0, uint64_t k0) {
+    a += checksum::Product(w0, k0);
+    b += w0;
+  }
+  __device__ __forceinline__ void AddSecond(uint64_t w1, uint64_t k1) {
+    b += checksum::Product(w1, k1);
+    a += w1;
+  }
+  __device__ __forceinline__ void Add(uint64_t w0, uint64_t w1, ulonglong2 k) {
+    AddFirst(w0, k.x);
+    AddSecond(w1, k.y);
+  }
+  // The whole warp: adds block `block` (m bytes) to *sum and starts over.
+  __device__ __forceinline__ void Finish(uint64_t block, uint64_t m, unsigned long long* sum) {
+    Kvsum64WarpFinishPairs(a, b, m, block, true, sum);
+    a = b = 0;
+  }
+};
 
 // The whole warp finishes block `block` (m bytes) where lane t holds the sums
 // S, D of words j with j % 32 = t (so of checksum lane t % 8): two butterflies
