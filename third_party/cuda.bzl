@@ -11,10 +11,15 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
             name = obj + "_nvcc",
             srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"]) if h not in hdrs] + hdrs,
             outs = [obj],
-            cmd = ("%s -c -std=c++17 -O3 -Xcompiler -fPIC " % NVCC) +
+            # A private TMPDIR: nvcc names its temporaries after its PID, which
+            # is the same in every sandbox, so two concurrent compiles sharing
+            # /tmp could delete each other's files.
+            cmd = "t=$$(mktemp -d) && " +
+                  ("TMPDIR=$$t %s -c -std=c++17 -O3 -Xcompiler -fPIC " % NVCC) +
                   "-gencode=arch=compute_90,code=sm_90 " +
                   "-gencode=arch=compute_90,code=compute_90 " +
-                  "-I. -I$(GENDIR) $(location %s) -o $@" % src,
+                  "-I. -I$(GENDIR) $(location %s) -o $@; " % src +
+                  "r=$$?; rm -rf $$t; exit $$r",
         )
         objs.append(obj)
     native.cc_library(
