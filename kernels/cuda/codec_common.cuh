@@ -198,6 +198,30 @@ __device__ __forceinline__ uint32_t Unpack(const uint8_t* packed, uint64_t i, ui
 __device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
+// Warps per block for the kernels that give each warp one tile (encoder's
+// Tiles, decoder's Decode): 8, or fewer when the call has so few tiles that
+// its blocks would not cover the SMs. A tile is a chain of rANS rounds, one
+// after another, so a small call runs best with each warp alone on one of an
+// SM's four schedulers; in blocks of 8, 256 tiles would share 32 SMs.
+inline uint32_t WarpsPerTileBlock(uint64_t tiles_per_chunk, int chunks, int sms) {
+  uint32_t w = 8;
+  while (w > 2 &&
+         static_cast<uint64_t>(chunks) * ((tiles_per_chunk + w / 2 - 1) / (w / 2)) <= static_cast<uint64_t>(sms)) {
+    w /= 2;
+  }
+  return w;
+}
+
+// The number of SMs of the current device (1 if it cannot be read).
+inline int CurrentDeviceSms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return 1;
+  }
+  return sms < 1 ? 1 : sms;
+}
+
 template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    Args&&... args) {

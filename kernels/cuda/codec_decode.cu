@@ -617,9 +617,10 @@ __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8
   return DecodeTile<false>(*s, in, ws, c, t, max_tiles, *sh);
 }
 
-// Eight warps per block, one tile each (blockIdx.x * 8 + warp = tile,
-// blockIdx.y = chunk). A tile decodes straight into the output, checksummed
-// on the way (FinishKernel compares the sum). A single-table chunk keeps its
+// WarpsPerTileBlock warps per block (8, or fewer for a call with few tiles),
+// one tile each (blockIdx.x * warps + warp = tile, blockIdx.y = chunk). A
+// tile decodes straight into the output, checksummed on the way
+// (FinishKernel compares the sum). A single-table chunk keeps its
 // slot table in shared memory, a grouped chunk its compact tables.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
@@ -630,22 +631,35 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   const int c = blockIdx.y;
   if (status[c] != kOk) return;  // uniform for the block
   const ChunkState s = ws.state[c];
-  if (blockIdx.x * kWarpsPerBlock >= s.tiles) return;
+  const uint32_t warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kWarpsPerBlock
+  if (blockIdx.x * warps >= s.tiles) return;
   const DeviceChunk ch = chunks[c];
   for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
-  if (!(s.flags & kStored) && s.tables == 1) {
-    for (uint32_t k = threadIdx.x; k < kM / 4; k += blockDim.x) {
-      reinterpret_cast<uint4*>(sh.table)[k] = reinterpret_cast<const uint4*>(ws.tables[c])[k];
+  // The tables into shared memory, 4 loads a thread in flight (a block may
+  // be only 2 warps).
+  auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
+    for (uint32_t k = threadIdx.x; k < n; k += 4 * blockDim.x) {
+      uint4 v[4];
+#pragma unroll
+      for (uint32_t u = 0; u < 4; ++u) {
+        if (k + u * blockDim.x < n) v[u] = src[k + u * blockDim.x];
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < 4; ++u) {
+        if (k + u * blockDim.x < n) dst[k + u * blockDim.x] = v[u];
+      }
     }
+  };
+  if (!(s.flags & kStored) && s.tables == 1) {
+    copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);
   } else if (!(s.flags & kStored)) {
     static_assert(sizeof(GroupTables) % 16 == 0, "copied 16 bytes at a time");
-    for (uint32_t k = threadIdx.x; k < sizeof(GroupTables) / 16; k += blockDim.x) {
-      reinterpret_cast<uint4*>(&sh.groups)[k] = reinterpret_cast<const uint4*>(&ws.groups[c])[k];
-    }
+    copy16(reinterpret_cast<uint4*>(&sh.groups), reinterpret_cast<const uint4*>(&ws.groups[c]),
+           sizeof(GroupTables) / 16);
   }
   __syncthreads();
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t t = blockIdx.x * kWarpsPerBlock + warp;
+  const uint32_t t = blockIdx.x * warps + warp;
   if (t >= s.tiles) return;
   const uint8_t* in = ch.data;
   unsigned long long* gsum = &ws.sum[c];
@@ -707,6 +721,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_chunks_ = max_chunks;
   d->max_chunk_bytes_ = max_chunk_bytes;
   d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
+  d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) +
                          n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
@@ -747,8 +762,9 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.sum = reinterpret_cast<unsigned long long*>(p);
   cudaError_t e = Launch(ParseKernel, count, 1024, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {
-    e = Launch(DecodeKernel, dim3((max_tiles_ + kWarpsPerBlock - 1) / kWarpsPerBlock, count), kWarpsPerBlock * 32,
-               sizeof(DecodeShared), stream, chunks, status, ws, max_tiles_);
+    const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
+    e = Launch(DecodeKernel, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
+               chunks, status, ws, max_tiles_);
   }
   if (e == cudaSuccess) e = Launch(FinishKernel, (count + 127) / 128, 128, 0, stream, status, ws, count);
   if (e != cudaSuccess) return e;

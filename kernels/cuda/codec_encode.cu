@@ -27,7 +27,7 @@ namespace {
 
 constexpr uint32_t kScratch = 128 + 2 * kMaxTile;    // a tile's worst case: states + one word per symbol
 constexpr uint32_t kSplitElems = kMaxTile;         // elements per Hist16 CUDA block
-constexpr uint32_t kTilesPerBlock = 8;             // Tiles: one warp each
+constexpr uint32_t kTilesPerBlock = 8;             // Tiles: at most, one warp each
 
 // Tile size sums per chunk: the total, then one per 64 tiles.
 constexpr uint32_t kTsumGroup = 64;
@@ -712,14 +712,24 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
   if (p.stored) return;
-  const uint32_t warp = threadIdx.x / 32;
-  const uint32_t tile = blockIdx.x * kTilesPerBlock + warp;
-  if (blockIdx.x * kTilesPerBlock >= p.tiles) return;
+  const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
+  const uint32_t tile = blockIdx.x * warps + warp;
+  if (blockIdx.x * warps >= p.tiles) return;
   __shared__ uint2 enc[kMaxTables * 256];  // freq | cum << 16, rcp
   __shared__ uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
-  for (uint32_t k = threadIdx.x; k < p.tables * 256; k += blockDim.x) {
-    enc[k] = make_uint2(ws.enc[c * 4096ull + k], ws.rcp[c * 4096ull + k]);
+  // The tables, 4 entries a thread in flight (a block may be only 2 warps).
+  for (uint32_t k = threadIdx.x; k < p.tables * 256; k += 4 * blockDim.x) {
+    uint2 v[4];
+#pragma unroll
+    for (uint32_t u = 0; u < 4; ++u) {
+      const uint32_t i = k + u * blockDim.x;
+      if (i < p.tables * 256) v[u] = make_uint2(ws.enc[c * 4096ull + i], ws.rcp[c * 4096ull + i]);
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < 4; ++u) {
+      if (k + u * blockDim.x < p.tables * 256) enc[k + u * blockDim.x] = v[u];
+    }
   }
   const bool groups = p.tables > 1;
   const uint32_t C = static_cast<uint32_t>(p.channels);
@@ -810,29 +820,42 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
 // then single tiles: at most a few hundred loads, no separate scan kernel),
 // and decides STORED from their total; a STORED chunk's blocks copy the input
 // instead, 16 KiB each. Block 0 writes the header and the chunk's size.
+// A block's loads that depend on nothing else loaded are all issued first:
+// the kernel is a few round trips to memory per block, not a copy.
 __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes,
                                                    Workspace ws) {
   WaitForPrevious();
   const int c = blockIdx.y;
-  if (status[c] != kOk) return;
+  const uint32_t t = blockIdx.x;  // < ws.max_tiles
   const ChunkPlan& p = ws.plan[c];
-  const EncodeChunk& ch = chunks[c];
-  const uint32_t* entry = ws.entry + static_cast<uint64_t>(c) * ws.max_tiles;
+  const uint64_t at = static_cast<uint64_t>(c) * ws.max_tiles;
+  const uint32_t* entry = ws.entry + at;
   const unsigned long long* tsum = ws.tsum + c * 1ull * TsumSlots(ws.max_tiles);
-  const uint32_t t = blockIdx.x;
-  uint64_t payload = p.bytes, before = 0;
-  bool stored = p.stored;
-  if (!stored) {
-    payload = p.tiles_off - kHeader + tsum[0];
-    if (payload >= p.bytes && (ch.allow_stored || p.raw_plane == 0)) stored = true, payload = p.bytes;
-  }
-  if (!stored && t >= p.tiles && t != 0) return;
-  if (!stored) {
-    // Sizes before tile t: whole groups of 64 tiles, then single tiles.
+  // One round trip: the chunk's state, the tile's entry and word count, and
+  // this thread's part of the sizes before tile t (whole groups of 64 tiles,
+  // then single tiles; entries of tiles past the chunk's are never summed).
+  const int32_t st = status[c];
+  const bool p_stored = p.stored;
+  const uint64_t bytes = p.bytes, tiles_off = p.tiles_off, raw_plane = p.raw_plane;
+  const uint32_t tiles = p.tiles;
+  const unsigned long long total = tsum[0];
+  const uint32_t e = entry[t], nw = ws.nwords[at + t];
+  uint64_t low = 0;
+  {
     const uint32_t g0 = t / kTsumGroup;
-    uint64_t low = 0;
     for (uint32_t g = threadIdx.x; g < g0; g += blockDim.x) low += tsum[1 + g];
     for (uint32_t k = g0 * kTsumGroup + threadIdx.x; k < t; k += blockDim.x) low += entry[k] & ~kTileRaw;
+  }
+  if (st != kOk) return;  // uniform for the block, as every return before the barrier
+  const EncodeChunk& ch = chunks[c];
+  uint64_t payload = bytes, before = 0;
+  bool stored = p_stored;
+  if (!stored) {
+    payload = tiles_off - kHeader + total;
+    if (payload >= bytes && (ch.allow_stored || raw_plane == 0)) stored = true, payload = bytes;
+  }
+  if (!stored && t >= tiles && t != 0) return;
+  if (!stored) {
     __shared__ uint64_t part[8];
     low = WarpSum(low);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = low;
@@ -842,7 +865,7 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
   uint8_t* out = ch.out;
   const bool too_big = !stored && kHeader + payload > ch.out_capacity;  // only without STORED (Setup checks the rest)
   if (stored) {
-    const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(p.bytes, b0 + kMaxTile);
+    const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(bytes, b0 + kMaxTile);
     // 16-byte pieces never straddle blocks; the destination may be unaligned.
     for (uint64_t b = b0 + 16ull * threadIdx.x; b < b1; b += 16ull * blockDim.x) {
       const uint32_t len = static_cast<uint32_t>(min(static_cast<uint64_t>(16), b1 - b));
@@ -853,31 +876,26 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
         for (uint32_t k = 0; k < len; ++k) out[kHeader + b + k] = src[k];
       }
     }
-  } else if (!too_big && t < p.tiles) {
-    const uint32_t e = entry[t], size = e & ~kTileRaw;
-    const uint64_t off = p.tiles_off + before;
+  } else if (!too_big && t < tiles) {
+    const uint32_t size = e & ~kTileRaw;
     if (threadIdx.x == 0) St32(out + p.dir_off + 4ull * t, e);
-    const uint8_t* scratch = ws.scratch + (static_cast<uint64_t>(c) * ws.max_tiles + t) * kScratch;
-    uint8_t* dst = out + off;
+    const uint8_t* scratch = ws.scratch + (at + t) * kScratch;
+    uint8_t* dst = out + tiles_off + before;
     const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
-    auto put = [&](uint32_t b, uint32_t v) {  // output word b of the tile
-      if (dst4) {
-        reinterpret_cast<uint32_t*>(dst)[b] = v;
-      } else {
-        St32(dst + 4 * b, v);
-      }
-    };
     // Output word b of the tile: RAW tiles as they are; coded ones are the
     // final states, then the words (which end at the end of the scratch
-    // area), then zero padding to a multiple of 4.
-    const uint32_t* head = reinterpret_cast<const uint32_t*>(scratch);
-    const bool raw = e & kTileRaw;
-    const uint32_t nw = raw ? 0 : ws.nwords[static_cast<uint64_t>(c) * ws.max_tiles + t];
-    const uint16_t* words = reinterpret_cast<const uint16_t*>(scratch + kScratch) - nw;
+    // area), then zero padding to a multiple of 4. Word b >= 32 is the
+    // stream's bytes from o = kScratch - 2 nw + 4 (b - 32): one aligned
+    // load when nw is even, else the halves of two (the second past the
+    // stream's end is the padding).
+    const bool raw = e & kTileRaw, odd = nw % 2 != 0;
     auto word = [&](uint32_t b) {
-      if (raw || b < 32) return __ldg(head + b);
-      const uint32_t k = 2 * (b - 32);
-      return (k < nw ? __ldg(words + k) : 0u) | (k + 1 < nw ? static_cast<uint32_t>(__ldg(words + k + 1)) << 16 : 0u);
+      if (raw || b < 32) return __ldg(reinterpret_cast<const uint32_t*>(scratch) + b);
+      const uint32_t o = kScratch - 2 * nw + 4 * (b - 32);
+      if (!odd) return __ldg(reinterpret_cast<const uint32_t*>(scratch + o));
+      const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(scratch + o - 2));
+      const uint32_t hi = o + 2 < kScratch ? __ldg(reinterpret_cast<const uint32_t*>(scratch + o + 2)) : 0u;
+      return __funnelshift_r(lo, hi, 16);
     };
     // Four words a thread per step, loads first: the stores must not wait
     // on each load in turn.
@@ -888,7 +906,13 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
       for (uint32_t u = 0; u < kBatch; ++u) v[u] = b0 + blockDim.x * u < size / 4 ? word(b0 + blockDim.x * u) : 0;
 #pragma unroll
       for (uint32_t u = 0; u < kBatch; ++u) {
-        if (b0 + blockDim.x * u < size / 4) put(b0 + blockDim.x * u, v[u]);
+        const uint32_t b = b0 + blockDim.x * u;
+        if (b >= size / 4) break;
+        if (dst4) {
+          reinterpret_cast<uint32_t*>(dst)[b] = v[u];
+        } else {
+          St32(dst + 4 * b, v[u]);
+        }
       }
     }
   }
@@ -921,6 +945,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_chunks_ = max_chunks;
   e->max_chunk_bytes_ = max_chunk_bytes;
   e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
+  e->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kMaxTile;  // >= elements of any dtype, whole tiles
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
@@ -1000,8 +1025,9 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   if (split != nullptr && split->planned != nullptr) {
     if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return r;
   }
-  launch(Launch(TilesKernel, dim3((max_tiles_ + kTilesPerBlock - 1) / kTilesPerBlock, count), kTilesPerBlock * 32, 0,
-                stream, status, ws));
+  const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
+  launch(Launch(TilesKernel, dim3((max_tiles_ + tile_warps - 1) / tile_warps, count), tile_warps * 32, 0, stream,
+                status, ws));
   launch(Launch(PlaceKernel, dim3(max_tiles_, count), 256, 0, stream, chunks, status, sizes, ws));
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
