@@ -198,6 +198,24 @@ __device__ __forceinline__ uint32_t Unpack(const uint8_t* packed, uint64_t i, ui
 __device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
+// A block's threads fill items [0, n) of shared memory, store(i, load(i)),
+// with 4 loads a thread in flight before their stores: a table copy in a
+// block of only 2 warps is not one memory round trip per item.
+template <typename Load, typename Store>
+__device__ __forceinline__ void BlockCopy4(uint32_t n, const Load& load, const Store& store) {
+  for (uint32_t k = threadIdx.x; k < n; k += 4 * blockDim.x) {
+    decltype(load(0u)) v[4];
+#pragma unroll
+    for (uint32_t u = 0; u < 4; ++u) {
+      if (k + u * blockDim.x < n) v[u] = load(k + u * blockDim.x);
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < 4; ++u) {
+      if (k + u * blockDim.x < n) store(k + u * blockDim.x, v[u]);
+    }
+  }
+}
+
 // Warps per block for the kernels that give each warp one tile (encoder's
 // Tiles, decoder's Decode): 8, or fewer when the call has so few tiles that
 // its blocks would not cover the SMs. A tile is a chain of rANS rounds, one

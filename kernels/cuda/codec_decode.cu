@@ -635,20 +635,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   if (blockIdx.x * warps >= s.tiles) return;
   const DeviceChunk ch = chunks[c];
   for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
-  // The tables into shared memory, 4 loads a thread in flight (a block may
-  // be only 2 warps).
+  // The tables into shared memory, 16 bytes at a time.
   auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
-    for (uint32_t k = threadIdx.x; k < n; k += 4 * blockDim.x) {
-      uint4 v[4];
-#pragma unroll
-      for (uint32_t u = 0; u < 4; ++u) {
-        if (k + u * blockDim.x < n) v[u] = src[k + u * blockDim.x];
-      }
-#pragma unroll
-      for (uint32_t u = 0; u < 4; ++u) {
-        if (k + u * blockDim.x < n) dst[k + u * blockDim.x] = v[u];
-      }
-    }
+    BlockCopy4(
+        n, [src](uint32_t i) { return src[i]; }, [dst](uint32_t i, const uint4& v) { dst[i] = v; });
   };
   if (!(s.flags & kStored) && s.tables == 1) {
     copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);

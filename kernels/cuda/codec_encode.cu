@@ -718,19 +718,9 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   __shared__ uint2 enc[kMaxTables * 256];  // freq | cum << 16, rcp
   __shared__ uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
-  // The tables, 4 entries a thread in flight (a block may be only 2 warps).
-  for (uint32_t k = threadIdx.x; k < p.tables * 256; k += 4 * blockDim.x) {
-    uint2 v[4];
-#pragma unroll
-    for (uint32_t u = 0; u < 4; ++u) {
-      const uint32_t i = k + u * blockDim.x;
-      if (i < p.tables * 256) v[u] = make_uint2(ws.enc[c * 4096ull + i], ws.rcp[c * 4096ull + i]);
-    }
-#pragma unroll
-    for (uint32_t u = 0; u < 4; ++u) {
-      if (k + u * blockDim.x < p.tables * 256) enc[k + u * blockDim.x] = v[u];
-    }
-  }
+  BlockCopy4(
+      p.tables * 256, [&](uint32_t i) { return make_uint2(ws.enc[c * 4096ull + i], ws.rcp[c * 4096ull + i]); },
+      [&](uint32_t i, const uint2& v) { enc[i] = v; });
   const bool groups = p.tables > 1;
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (groups) {
