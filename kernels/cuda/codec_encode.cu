@@ -139,8 +139,9 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 // takes the 16-byte pieces at l * 16 + 512 i and adds them to its kvsum64
 // sums. kWhole: the block is
 // whole (4 KiB of input), the chunk is coded, without channel groups: no
-// bounds checks, no channel sums (the hot path of large chunks).
-template <typename E, bool kWhole>
+// bounds checks, no channel sums (the hot path of large chunks). kContig:
+// the input is one buffer, not a block list.
+template <typename E, bool kWhole, bool kContig>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
                                           const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum,
                                           kvferry::cuda::Kvsum64Pairs* sum) {
@@ -156,7 +157,8 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
     for (uint32_t i = 0; i < kBatch; ++i) {
       const uint64_t off = blk + 512 * (i0 + i) + 16 * lane;
       if (kWhole || off + 16 <= p.bytes) {
-        qs[i] = *reinterpret_cast<const uint4*>(p.in.At(off));  // 16-aligned, never straddles blocks
+        // 16-aligned, never straddles blocks
+        qs[i] = *reinterpret_cast<const uint4*>(kContig ? p.in.data + off : p.in.At(off));
       } else {
         uint32_t w[4] = {0, 0, 0, 0};
         const uint8_t* src = off < p.bytes ? p.in.At(off) : nullptr;
@@ -191,19 +193,28 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
       const uint64_t e0 = off / E::bytes;
       uint32_t chn = !kWhole && p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
       uint64_t lo = 0, hi = 0;
+      // bf16 in whole pieces: a word's two raw bytes (sign << 7 | bits 6..0)
+      // land in its bytes 0 and 2, and one byte permute takes them from two words.
+      constexpr bool kBf16Raw = kWhole && E::bytes == 2 && width == 8;
+      if constexpr (kBf16Raw) {
+        auto raw2 = [](uint32_t w) { return (w & 0xff7fff7fu) | ((w >> 8) & 0x00800080u); };
+        lo = __byte_perm(raw2(q.x), raw2(q.y), 0x6420) |
+             static_cast<uint64_t>(__byte_perm(raw2(q.z), raw2(q.w), 0x6420)) << 32;
+      }
+      uint32_t* col = &hist[0][lane];
 #pragma unroll
       for (uint32_t k = 0; k < per; ++k) {
         const bool in = kWhole || len == 16 || k < count;
         const uint32_t v = in ? PieceElement<E>(q, k) : 0;
         if (in) {
           const uint32_t sy = E::Symbol(v);
-          atomicAdd(&hist[sy / 2][lane], sy % 2 ? 0x10000u : 1u);
+          atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
           if (!kWhole && p.grouping) {
             atomicAdd(&chsum[chn], sy);
             if (++chn == C) chn = 0;
           }
         }
-        if (width != 0) {
+        if (width != 0 && !kBf16Raw) {
           const uint64_t r = E::Raw(v);
           const uint32_t bit = k * width;
           if (bit < 64) {
@@ -234,8 +245,8 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
   }
 }
 
-// One pass over the input. A CUDA block takes kSplitBytes, a warp
-// kSplitBlocksPerWarp 4 KiB checksum blocks of it (warp + 8 j), a lane one
+// One pass over the input. A CUDA block takes kSplitWarps x per_warp 4 KiB
+// checksum blocks, a warp per_warp of them (warp + 8 j), a lane one
 // 16-byte piece per step (lane + 32 i):
 //   - kvsum64: the piece's two words belong to checksum lanes 2 (lane % 4)
 //     and 2 (lane % 4) + 1, summed per lane in Kvsum64Pairs (kvsum64.cuh),
@@ -247,19 +258,19 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 //     or bank;
 //   - KV-aware mode: per-channel symbol sums.
 // STORED chunks need only the checksum.
-// Two checksum blocks a warp: the block-wide work (keys, histogram merge)
-// is spread over 64 KiB.
-constexpr uint32_t kSplitWarps = 8, kSplitBlocksPerWarp = 2;
-constexpr uint32_t kSplitBytes = kSplitWarps * kSplitBlocksPerWarp * checksum::kBlockBytes;
+// per_warp is 2 (the block-wide work, keys and histogram merge, spread
+// over 64 KiB), or 1 when a call has too few blocks to fill the SMs.
+constexpr uint32_t kSplitWarps = 8;
 constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4;
 
-__global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeChunk* chunks, const int32_t* status,
-                                                                   Workspace ws) {
+__global__ void __launch_bounds__(kSplitWarps * 32, 4)
+    SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws, uint32_t per_warp) {
   WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
-  const uint64_t b0 = static_cast<uint64_t>(blockIdx.x) * kSplitBytes;
+  const uint64_t span = kSplitWarps * per_warp * checksum::kBlockBytes;
+  const uint64_t b0 = blockIdx.x * span;
   if (b0 >= p.bytes) return;
   extern __shared__ uint64_t split_smem[];  // kSplitShared bytes
   uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
@@ -274,16 +285,20 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeC
   }
   __syncthreads();
   const uint32_t warp = threadIdx.x / 32;
-  for (uint32_t j = 0; j < kSplitBlocksPerWarp; ++j) {
+  for (uint32_t j = 0; j < per_warp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes;
     if (blk >= p.bytes) break;  // uniform over the warp
     kvferry::cuda::Kvsum64Pairs sum;
     uint8_t* raw_out = chunks[c].out + kHeader;
     WithElem(p.dtype, [&](auto e) {
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
-        SplitWarp<decltype(e), true>(p, blk, raw_out, code, key, hist, chsum, &sum);
+        if (p.in.blocks == nullptr) {
+          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, key, hist, chsum, &sum);
+        } else {
+          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, key, hist, chsum, &sum);
+        }
       } else {
-        SplitWarp<decltype(e), false>(p, blk, raw_out, code, key, hist, chsum, &sum);
+        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, key, hist, chsum, &sum);
       }
     });
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
@@ -300,7 +315,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4) SplitKernel(const EncodeC
     if (t != 0) atomicAdd(&ws.hist[c * 256ull + k], static_cast<unsigned long long>(t));
   }
   if (p.grouping) {
-    const uint64_t e_begin = b0 / p.e.bytes, e_end = min(p.n, (b0 + kSplitBytes) / p.e.bytes);
+    const uint64_t e_begin = b0 / p.e.bytes, e_end = min(p.n, (b0 + span) / p.e.bytes);
     const uint32_t touched = static_cast<uint32_t>(min(static_cast<uint64_t>(C), e_end - e_begin));
     const uint32_t base_ch = static_cast<uint32_t>(e_begin % C);
     for (uint32_t k = threadIdx.x; k < touched; k += blockDim.x) {
@@ -1000,14 +1015,18 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;
-  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitBytes - 1) / kSplitBytes);
+  const uint64_t split_2 =
+      (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
+  const uint32_t split_per_warp = static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
+  const unsigned split_blocks = static_cast<unsigned>(split_per_warp == 2 ? split_2 : 2 * split_2);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
   cudaError_t e = cudaSuccess;
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
   };
   launch(Launch(SetupKernel, count, 256, 0, stream, chunks, status, sizes, ws));
-  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws));
+  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws,
+                split_per_warp));
   launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
   launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
   launch(Launch(PlanKernel, count, 256, 0, stream, chunks, status, ws));
