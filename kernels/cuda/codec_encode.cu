@@ -693,24 +693,34 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
 
 // ---- tiles -----------------------------------------------------------------------
 
+// A symbol's encode entry as the rANS step uses it: rcp = floor((2^32 - 1) /
+// freq), freq, M - freq, cum. Order-0 tables are kept this way in shared
+// memory (16 bytes a symbol: no unpacking in the step); channel-group tables,
+// up to 16 of them, as {freq | cum << 16, rcp} (8 bytes) and unpacked here.
+__device__ __forceinline__ uint4 StepEntry(uint2 e) {
+  const uint32_t f = e.x & 0xffff;
+  return make_uint4(e.y, f, kM - f, e.x >> 16);
+}
+
 // One rANS step of a lane: emits a word (ballot-compacted into the stream,
 // which is written backwards from words_end) and folds symbol entry `e`
-// (freq | cum << 16, with rcp = floor((2^32 - 1) / freq)) into x.
-__device__ __forceinline__ void EncodeStep(bool active, uint2 e, uint32_t lt, uint16_t* words_end, uint32_t& x,
+// (StepEntry) into x.
+__device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t lt, uint16_t* words_end, uint32_t& x,
                                            uint32_t& emitted) {
-  const uint32_t f = e.x & 0xffff;
+  const uint32_t f = e.y;
   const bool need = active && (x >> (32 - kProbBits)) >= f;
   const unsigned mask = __ballot_sync(0xffffffffu, need);
   const uint32_t k = __popc(mask);
   if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
       static_cast<uint16_t>(x);
   emitted += k;
-  // x = (v / f) * M + v % f + cum, with q = umulhi(v, rcp) one short at
-  // most: x = v + q * (M - f) + cum, plus M - f when v - q * f >= f.
+  // x = (v / f) * M + v % f + cum = v + q * (M - f) + cum with q = v / f,
+  // which umulhi(v, rcp) gives or is one short of ((q + 1) f <= v + f < 2^32:
+  // v < f << 20 after the renormalisation).
   const uint32_t v = need ? x >> 16 : x;
-  const uint32_t q = __umulhi(v, e.y), cmpl = kM - f;
-  const uint32_t nx = v + q * cmpl + (e.x >> 16);
-  if (active) x = v - q * f >= f ? nx + cmpl : nx;
+  uint32_t q = __umulhi(v, e.x);
+  if (v >= q * f + f) ++q;
+  if (active) x = v + q * e.z + e.w;
 }
 
 __device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t tile, uint32_t size) {
@@ -730,13 +740,20 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
   if (blockIdx.x * warps >= p.tiles) return;
-  __shared__ uint2 enc[kMaxTables * 256];  // freq | cum << 16, rcp
+  __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 StepEntry; groups: uint2 {freq | cum << 16, rcp}
+  uint2* enc = reinterpret_cast<uint2*>(tables);
   __shared__ uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
+  const bool groups = p.tables > 1;
   BlockCopy4(
       p.tables * 256, [&](uint32_t i) { return make_uint2(ws.enc[c * 4096ull + i], ws.rcp[c * 4096ull + i]); },
-      [&](uint32_t i, const uint2& v) { enc[i] = v; });
-  const bool groups = p.tables > 1;
+      [&](uint32_t i, const uint2& v) {
+        if (groups) {
+          enc[i] = v;
+        } else {
+          tables[i] = StepEntry(v);
+        }
+      });
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (groups) {
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) map[k] = ws.map[c * 1ull * kMaxGroupedChannels + k];
@@ -761,7 +778,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   if (full < rounds) {  // the partial last round first
     const uint32_t j = 32 * full + lane;
     const uint32_t s = j < n ? SymbolAt(p, begin + j) : 0;
-    EncodeStep(j < n, enc[(groups ? map[chn] * 256u : 0u) + s], lt, words_end, x, emitted);
+    EncodeStep(j < n, groups ? StepEntry(enc[map[chn] * 256u + s]) : tables[s], lt, words_end, x, emitted);
     step_back();
   }
   // Full rounds, last to first, in segments of 16 rounds; the next segment's
@@ -783,14 +800,15 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
       const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
       if (groups) {
         for (uint32_t r = r1; r-- > r0;) {
-          EncodeStep(true, enc[map[chn] * 256u + st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+          EncodeStep(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), lt, words_end, x, emitted);
           step_back();
         }
       } else if (r1 - r0 == kStageRounds) {
 #pragma unroll
-        for (int r = kStageRounds - 1; r >= 0; --r) EncodeStep(true, enc[st[r * 32 + lane]], lt, words_end, x, emitted);
+        for (int r = kStageRounds - 1; r >= 0; --r)
+          EncodeStep(true, tables[st[r * 32 + lane]], lt, words_end, x, emitted);
       } else {
-        for (uint32_t r = r1; r-- > r0;) EncodeStep(true, enc[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+        for (uint32_t r = r1; r-- > r0;) EncodeStep(true, tables[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
       }
     }
   });
