@@ -485,8 +485,8 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
 template <bool kBf16, bool kGroups, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
-                                                uint8_t* st, uint16_t* ring, const uint64_t* key, bool raw_aligned,
-                                                unsigned long long* gsum) {
+                                                uint8_t* st, uint16_t (*rings)[kRing], const uint64_t* key,
+                                                bool raw_aligned, unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
   bool bad = size < 128;
   uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
@@ -494,6 +494,12 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint8_t* stream = tile + 128;  // 4-byte aligned: tiles are
   const uint32_t nbytes = bad ? 0 : size - 128;
   const uint32_t nwords = nbytes / 2;
+  // This warp's ring: rings[warp], at byte ring_off of `rings`. As rings
+  // are 2 kRing bytes apart, word w of the stream is at byte
+  // ring_off | (2 w mod 2 kRing): one LOP3 from 2 w.
+  const uint32_t warp = threadIdx.x / 32, ring_off = warp * 2 * kRing;
+  uint16_t* ring = rings[warp];
+  static_assert((2 * kRing & (2 * kRing - 1)) == 0, "the ring is a power of two bytes");
   uint32_t fetched = 0;  // chunks fetched so far; chunk c lives in slot c % kRingChunks
   // The warp has read all words before wpos; the next kRefillRounds rounds
   // read words before wpos + 32 * kRefillRounds.
@@ -508,27 +514,27 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     CpAsyncWaitPending(fetched - 1 - (wpos + 32 * kRefillRounds - 1) / kRingChunk);
     __syncwarp();
   };
-  uint32_t wpos = 0;
+  // Words read so far, in bytes (2 per word).
+  uint32_t wb = 0;
   uint32_t ch_idx = kGroups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
   const uint32_t ch_step = kGroups ? static_cast<uint32_t>(32 % s.channels) : 0;
   const uint32_t C = static_cast<uint32_t>(s.channels);
   const uint8_t* map = in + s.map_off;
   const uint8_t* raw = in + s.raw_off;
   const unsigned lt = (1u << lane) - 1;
-  const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   Kvsum64Pairs sum;
   auto round = [&](uint32_t r, bool active) {
-    if (r % kRefillRounds == 0) refill(wpos);
+    if (r % kRefillRounds == 0) refill(wb / 2);
     uint32_t sym;  // the decoded symbol; y: the state before renormalisation
     const uint32_t y = table_at(kGroups ? map[ch_idx] : 0u, x, &sym);
     const bool need = active && y < kL;
     const unsigned mask = __ballot_sync(0xffffffffu, need);
     // Every lane reads a word (volatile: not moved under `need`, which would
     // cost a branch a round).
-    uint32_t word;
-    asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(word) : "r"(ring_at + (wpos + __popc(mask & lt)) % kRing * 2));
+    const uint32_t at = ring_off | ((wb + 2 * __popc(mask & lt)) & (2 * kRing - 2));
+    const uint32_t word = *reinterpret_cast<volatile const uint16_t*>(reinterpret_cast<const uint8_t*>(rings) + at);
     x = need ? (y << 16) | word : (active ? y : x);
-    wpos += __popc(mask);
+    wb += 2 * __popc(mask);
     st[r * 32 + lane] = static_cast<uint8_t>(sym);
     if (kGroups) {
       ch_idx += ch_step;
@@ -550,6 +556,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     __syncwarp();
   }
   CpAsyncWait<0>();
+  const uint32_t wpos = wb / 2;
   bad |= wpos > nwords;
   bad |= x != kL;
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
@@ -592,8 +599,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       *sym = e & 0xff;
       return (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
     };
-    return DecodeCodedTile<kBf16, false>(s, in, tile, size, begin, n, lookup, st, sh.ring[warp], sh.key, raw_aligned,
-                                         gsum);
+    return DecodeCodedTile<kBf16, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.key, raw_aligned, gsum);
   }
   // Several tables: always channel groups (Parse); the compact tables are in
   // shared memory.
@@ -606,8 +612,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     *sym = k;
     return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
   };
-  return DecodeCodedTile<kBf16, true>(s, in, tile, size, begin, n, lookup, st, sh.ring[warp], sh.key, raw_aligned,
-                                      gsum);
+  return DecodeCodedTile<kBf16, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.key, raw_aligned, gsum);
 }
 
 // DecodeTile for dtypes other than bf16. Not inlined: its registers do not
