@@ -422,6 +422,11 @@ __device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* 
 __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw, uint64_t e0, bool aligned,
                                          uint2* raw8) {
   const uint32_t lane = threadIdx.x % 32;
+  if (aligned && e0 + kSeg <= s.n) {  // a whole segment: no checks per piece
+    raw8[0] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane);
+    raw8[1] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256);
+    return;
+  }
   for (uint32_t i = 0; i < 2; ++i) {
     const uint64_t e = e0 + 8 * lane + 256 * i;
     if (e + 8 <= s.n && aligned) {
