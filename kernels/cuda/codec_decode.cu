@@ -305,13 +305,15 @@ constexpr int kWarpsPerBlock = 8;
 constexpr uint32_t kSeg = 512;  // symbols a warp decodes before writing them out (16 rounds)
 
 // A warp's tile word stream flows through a shared-memory ring of
-// kRingChunks chunks of 64 words (4 bytes a lane), fetched by cp.async, one
+// kRingChunks chunks of 256 words (16 bytes a lane), fetched by cp.async, one
 // commit group per chunk. Every kRefillRounds rounds (which read <= 32 words
 // each) the warp frees the chunks it has passed, fetches new ones into their
-// slots, and waits only for the chunks the next kRefillRounds rounds may read:
-// the fetches stay up to ~12 chunks (~150 rounds) ahead.
-constexpr uint32_t kRingChunk = 64;
-constexpr uint32_t kRingChunks = 16;
+// slots (rarely more than one), and waits only for the chunks the next
+// kRefillRounds rounds may read: the fetches stay 2-3 chunks (~30 rounds)
+// ahead. The ring holds the stream from the 16-byte boundary at or before
+// its start, so that every fetch is aligned.
+constexpr uint32_t kRingChunk = 256;
+constexpr uint32_t kRingChunks = 4;
 constexpr uint32_t kRing = kRingChunk * kRingChunks;
 constexpr uint32_t kRefillRounds = 8;
 
@@ -325,11 +327,12 @@ struct DecodeShared {
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
 };
 
-// Asynchronous global -> shared copies (sm_80+): a lane copies 4 bytes, or
-// writes 4 zero bytes when !valid; no register waits on them.
-__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+// Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, of
+// which the first src_bytes are read and the rest are zeros; no register
+// waits on them.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, uint32_t src_bytes) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -505,22 +508,27 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint32_t warp = threadIdx.x / 32, ring_off = warp * 2 * kRing;
   uint16_t* ring = rings[warp];
   static_assert((2 * kRing & (2 * kRing - 1)) == 0, "the ring is a power of two bytes");
+  // Ring byte j holds stream byte j - lead (mod the ring): the fetches start
+  // at the 16-byte boundary `base`, lead bytes before the stream (bytes of
+  // the chunk, never used), and stop at the stream's end.
+  const uint8_t* base = stream - reinterpret_cast<uintptr_t>(stream) % 16;
+  const uint32_t lead = static_cast<uint32_t>(stream - base), end = bad ? 0 : lead + nbytes;
   uint32_t fetched = 0;  // chunks fetched so far; chunk c lives in slot c % kRingChunks
-  // The warp has read all words before wpos; the next kRefillRounds rounds
-  // read words before wpos + 32 * kRefillRounds.
-  auto refill = [&](uint32_t wpos) {
+  // The warp has read all ring bytes before at; the next kRefillRounds rounds
+  // read bytes before at + 64 * kRefillRounds.
+  auto refill = [&](uint32_t at) {
     __syncwarp();
-    for (; fetched < wpos / kRingChunk + kRingChunks; ++fetched) {
-      const uint32_t b = fetched * kRingChunk * 2 + 4 * lane;
-      const bool valid = b + 4 <= nbytes;
-      CpAsync4(ring + (fetched % kRingChunks) * kRingChunk + 2 * lane, valid ? stream + b : stream, valid);
+    for (; fetched < at / (2 * kRingChunk) + kRingChunks; ++fetched) {
+      const uint32_t b = fetched * kRingChunk * 2 + 16 * lane;
+      const uint32_t len = b < end ? min(16u, end - b) : 0;
+      CpAsync16(ring + (fetched % kRingChunks) * kRingChunk + 8 * lane, len != 0 ? base + b : base, len);
       CpAsyncCommit();
     }
-    CpAsyncWaitPending(fetched - 1 - (wpos + 32 * kRefillRounds - 1) / kRingChunk);
+    CpAsyncWaitPending(fetched - 1 - (at + 64 * kRefillRounds - 1) / (2 * kRingChunk));
     __syncwarp();
   };
-  // Words read so far, in bytes (2 per word).
-  uint32_t wb = 0;
+  // The ring byte of the next word: lead + 2 x the words read so far.
+  uint32_t wb = lead;
   uint32_t ch_idx = kGroups ? static_cast<uint32_t>((begin + lane) % s.channels) : 0;
   const uint32_t ch_step = kGroups ? static_cast<uint32_t>(32 % s.channels) : 0;
   const uint32_t C = static_cast<uint32_t>(s.channels);
@@ -529,7 +537,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const unsigned lt = (1u << lane) - 1;
   Kvsum64Pairs sum;
   auto round = [&](uint32_t r, bool active) {
-    if (r % kRefillRounds == 0) refill(wb / 2);
+    if (r % kRefillRounds == 0) refill(wb);
     uint32_t sym;  // the decoded symbol; y: the state before renormalisation
     const uint32_t y = table_at(kGroups ? map[ch_idx] : 0u, x, &sym);
     const bool need = active && y < kL;
@@ -561,7 +569,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     __syncwarp();
   }
   CpAsyncWait<0>();
-  const uint32_t wpos = wb / 2;
+  const uint32_t wpos = (wb - lead) / 2;
   bad |= wpos > nwords;
   bad |= x != kL;
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
