@@ -327,12 +327,15 @@ struct DecodeShared {
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
 };
 
-// Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, of
-// which the first src_bytes are read and the rest are zeros; no register
-// waits on them.
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, uint32_t src_bytes) {
+// Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, or
+// 4 bytes (zeros when !valid); no register waits on them.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -520,8 +523,15 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     __syncwarp();
     for (; fetched < at / (2 * kRingChunk) + kRingChunks; ++fetched) {
       const uint32_t b = fetched * kRingChunk * 2 + 16 * lane;
-      const uint32_t len = b < end ? min(16u, end - b) : 0;
-      CpAsync16(ring + (fetched % kRingChunks) * kRingChunk + 8 * lane, len != 0 ? base + b : base, len);
+      uint16_t* dst = ring + (fetched % kRingChunks) * kRingChunk + 8 * lane;
+      if (b + 16 <= end) {
+        CpAsync16(dst, base + b);
+      } else {  // the stream's last bytes (a multiple of 4) and zeros: no read past its end
+        for (uint32_t k = 0; k < 4; ++k) {
+          const bool valid = b + 4 * k + 4 <= end;
+          CpAsync4(dst + 2 * k, valid ? base + b + 4 * k : base, valid);
+        }
+      }
       CpAsyncCommit();
     }
     CpAsyncWaitPending(fetched - 1 - (at + 64 * kRefillRounds - 1) / (2 * kRingChunk));
