@@ -344,19 +344,17 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 // Waits until at most `pending` (or fewer) of the newest groups are in flight.
 __device__ __forceinline__ void CpAsyncWaitPending(uint32_t pending) {
-  if (pending >= 11) return CpAsyncWait<11>();
+  // A ring refill leaves at most kRingChunks - 1 groups in flight.
+  static_assert(kRingChunks == 4, "one case per count of groups a refill may leave pending");
   switch (pending) {
-    case 10: return CpAsyncWait<10>();
-    case 9: return CpAsyncWait<9>();
-    case 8: return CpAsyncWait<8>();
-    case 7: return CpAsyncWait<7>();
-    case 6: return CpAsyncWait<6>();
-    case 5: return CpAsyncWait<5>();
-    case 4: return CpAsyncWait<4>();
-    case 3: return CpAsyncWait<3>();
-    case 2: return CpAsyncWait<2>();
-    case 1: return CpAsyncWait<1>();
-    default: return CpAsyncWait<0>();
+    case 0:
+      return CpAsyncWait<0>();
+    case 1:
+      return CpAsyncWait<1>();
+    case 2:
+      return CpAsyncWait<2>();
+    default:
+      return CpAsyncWait<3>();
   }
 }
 
