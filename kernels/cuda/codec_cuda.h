@@ -111,8 +111,13 @@ class Encoder {
   // chunks: device array of `count` EncodeChunk; sizes: device array of
   // `count` uint64 (chunk bytes written); status: device array of `count`
   // int32 (DecodeStatus codes; 0 = OK). Returns launch errors only.
-  cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                          cudaStream_t stream, const SplitPoint* split = nullptr);
+  // channel_groups = false promises that no chunk of the call asks for
+  // KV-aware mode (channel_groups set, with a layout it could use): the call
+  // then skips the two kernels that rank and group channels, and a chunk
+  // that does ask fails with kBadInput rather than being coded otherwise
+  // than the CPU would code it.
+  cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status, cudaStream_t stream,
+                          const SplitPoint* split = nullptr, bool channel_groups = true);
   uint64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:

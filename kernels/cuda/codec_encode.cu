@@ -65,6 +65,7 @@ struct Workspace {
   uint64_t* estimate;          // [chunks] split-send estimates, or null
   uint64_t max_elems;
   uint32_t max_tiles;
+  uint32_t groups;  // the call may group channels (Rank and Hist16 run)
 };
 
 // ---- Setup ----------------------------------------------------------------
@@ -106,6 +107,10 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.stored = p.n == 0 || p.raw_plane >= p.bytes;
       p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
                    p.n >= p.channels;
+      if (p.grouping && !ws.groups) {  // the call said no chunk would group channels
+        err = kBadInput;
+        break;
+      }
     } while (false);
     status[c] = err;
   }
@@ -1006,7 +1011,7 @@ Encoder::~Encoder() {
 }
 
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                                 cudaStream_t stream, const SplitPoint* split) {
+                                 cudaStream_t stream, const SplitPoint* split, bool channel_groups) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
   const uint64_t n = static_cast<uint64_t>(max_chunks_);
   uint8_t* p = static_cast<uint8_t*>(workspace_);
@@ -1033,6 +1038,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;
+  ws.groups = channel_groups ? 1 : 0;
   const uint64_t split_2 =
       (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
   const uint32_t split_per_warp = static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
@@ -1045,8 +1051,10 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   launch(Launch(SetupKernel, count, 256, 0, stream, chunks, status, sizes, ws));
   launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws,
                 split_per_warp));
-  launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
-  launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
+  if (channel_groups) {
+    launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
+    launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
+  }
   launch(Launch(PlanKernel, count, 256, 0, stream, chunks, status, ws));
   if (e != cudaSuccess) return e;
   if (split != nullptr && split->planned != nullptr) {

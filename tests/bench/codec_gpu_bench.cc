@@ -253,7 +253,7 @@ int Run(int argc, char** argv) {
         };
         auto encode = [&](int s) {
           CHECK_CUDA((*enc)->EncodeAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
-                                         dstatus + s * sh.chunks, stream));
+                                         dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv));
         };
         auto decode = [&](int s) {
           CHECK_CUDA((*dec)->DecodeAsync(ddc_args + s * sh.chunks, sh.chunks, dstatus + s * sh.chunks, stream));

@@ -195,7 +195,8 @@ struct EncodeCase {
 // Encodes every case in one EncodeAsync call (contiguous inputs). With
 // `estimates`: split-send, no STORED fallback, and the encoder's estimates.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
-                 std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr) {
+                 std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
+                 bool channel_groups = true) {
   uint64_t max_in = 1;
   for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
   auto enc = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
@@ -236,7 +237,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&split.estimates), host.size() * 8));
   }
   CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                              estimates ? &split : nullptr));
+                              estimates ? &split : nullptr, channel_groups));
   if (estimates) {
     CUDA_OK(cudaEventSynchronize(split.planned));  // recorded: the planning is done
     estimates->resize(host.size());
@@ -315,6 +316,44 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
     EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", "
                                << cases[k].input.size() << " bytes): " << FirstDifference(gpu[k], cpu);
   }
+}
+
+// A call that promises no KV-aware chunk skips the channel-ranking kernels:
+// its order-0 chunks (with or without a layout) are the CPU's bytes, and a
+// chunk that asks for channel groups anyway is refused, not coded otherwise.
+TEST_F(CudaCodec, ACallWithoutChannelGroupsCodesOrder0AndRefusesAGroupedRequest) {
+  std::vector<EncodeCase> cases;
+  EncodeCase kv;  // per-channel scale, layout given, groups off
+  kv.options.layout = {0, 8, 128};
+  kv.options.channel_groups = false;
+  kv.input = KvLike(DType::kBF16, 300001, 1024, 11);
+  cases.push_back(kv);
+  EncodeCase fp16;  // no layout
+  fp16.options.dtype = DType::kFP16;
+  fp16.input = KvLike(DType::kFP16, 70000, 512, 12);
+  cases.push_back(fp16);
+  EncodeCase asks = kv;  // asks for groups the call said it would not use
+  asks.options.channel_groups = true;
+  cases.push_back(asks);
+  EncodeCase small_layout = kv;  // groups requested, but one channel: nothing to group
+  small_layout.options.channel_groups = true;
+  small_layout.options.layout = {0, 1, 1};
+  cases.push_back(small_layout);
+
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false);
+  for (size_t k : {size_t{0}, size_t{1}, size_t{3}}) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ": " << FirstDifference(gpu[k], cpu);
+  }
+  EXPECT_EQ(status[2], cuda::kBadInput);
+  // The same grouped request in a call that allows groups is the CPU's chunk.
+  EncodeOnGpu({asks}, &status, &gpu);
+  ASSERT_EQ(status[0], 0) << cuda::ToStatus(status[0]);
+  EXPECT_TRUE(gpu[0] == EncodeCpu(asks.options, asks.input));
+  EXPECT_TRUE(Inspect(gpu[0].data(), gpu[0].size())->channel_groups) << "per-channel scale: groups should pay";
 }
 
 // Split-send: with STORED off, the GPU writes what the CPU writes when its

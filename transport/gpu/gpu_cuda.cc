@@ -221,7 +221,8 @@ struct ChunkWorker::Impl {
     KVF_CUDA(cudaMemcpyAsync(&ctl->encode, &host->encode, sizeof(host->encode), cudaMemcpyHostToDevice, stream),
              "copy chunk descriptor");
     codec::cuda::SplitPoint sp{planned, &ctl->estimate};
-    KVF_CUDA(encoder->EncodeAsync(&ctl->encode, 1, &ctl->size, &ctl->status, stream, split ? &sp : nullptr),
+    KVF_CUDA(encoder->EncodeAsync(&ctl->encode, 1, &ctl->size, &ctl->status, stream, split ? &sp : nullptr,
+                                  host->encode.channel_groups != 0),
              "encode launch");
     return absl::OkStatus();
   }
