@@ -685,6 +685,13 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   if (out_capacity < need) {
     return absl::InvalidArgumentError(absl::StrFormat("output capacity %d < %d needed", out_capacity, need));
   }
+  if (o.tile_log2 != 0 && (o.tile_log2 < plan::kMinTileLog2 || o.tile_log2 > plan::kMaxTileLog2)) {
+    return absl::InvalidArgumentError(absl::StrFormat("tile_log2 %d is not 0 (automatic), %d or %d", o.tile_log2,
+                                                      plan::kMinTileLog2, plan::kMaxTileLog2));
+  }
+  if (o.tile_log2 != 0 && o.on_raw_plane && (uint64_t{sp.info.bytes} << o.tile_log2) < 16384) {
+    return absl::InvalidArgumentError("with on_raw_plane, tiles must cover at least 16 KiB of input");
+  }
   const uint64_t n = in_bytes / sp.info.bytes;
   if (n > kMaxElements) return absl::InvalidArgumentError("chunk too large");
   if (in_bytes > 0 && (in_v == nullptr || out_v == nullptr)) return absl::InvalidArgumentError("null buffer");
@@ -729,7 +736,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   // Group padding can make the raw plane alone as large as the input (tiny
   // chunks): then coding cannot pay, and the plane would not fit in `out`.
   if (raw_plane >= in_bytes) return stored();
-  const uint32_t tile_log2 = plan::TileLog2(sp.info.bytes, n);
+  const uint32_t tile_log2 = o.tile_log2 != 0 ? o.tile_log2 : plan::TileLog2(sp.info.bytes, n);
   const uint64_t tile = uint64_t{1} << tile_log2;
   const uint32_t tiles = static_cast<uint32_t>(plan::TileCount(n, tile_log2));
   const int threads = Threads(o.threads, tiles);

@@ -117,6 +117,38 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   }
 }
 
+// Either tile size, whichever an encoder picked: 1-byte elements in
+// 8192-symbol tiles (8 KiB of output a tile), 2- and 4-byte ones in tiles of
+// either size where the encoders would pick the other.
+TEST_F(CudaCodec, DecodesChunksOfEitherTileSize) {
+  Batch b;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  for (DType d : all) {
+    for (size_t n : {size_t{8193}, size_t{100001}, size_t{300001}}) {
+      for (uint32_t log2 : {13u, 14u}) {
+        for (bool kv : {false, true}) {
+          EncodeOptions o;
+          o.dtype = d;
+          o.tile_log2 = log2;
+          if (kv) o.layout = {0, 8, 128};
+          b.inputs.push_back(KvLike(d, n, 1024, static_cast<uint32_t>(n + log2 + kv)));
+          b.chunks.push_back(EncodeCpu(o, b.inputs.back()));
+          auto info = Inspect(b.chunks.back().data(), b.chunks.back().size());
+          ASSERT_TRUE(info.ok()) << info.status();
+          EXPECT_TRUE(info->stored || info->tile_log2 == log2);
+        }
+      }
+    }
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs);
+  for (size_t k = 0; k < b.inputs.size(); ++k) {
+    EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
+  }
+}
+
 TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   EncodeOptions o;
   o.layout = {0, 8, 128};

@@ -103,6 +103,53 @@ TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
   }
 }
 
+// Decoders accept either tile size for any chunk; an encoder may be told
+// which to write. 1-byte elements in 8192-symbol tiles (8 KiB of input a
+// tile) are a size no kvferry encoder picks on its own.
+TEST(Codec, EitherTileSizeRoundTripsAndIsRecorded) {
+  for (DType d : kAll) {
+    for (size_t n : {size_t{1}, size_t{8193}, size_t{100001}}) {
+      for (uint32_t log2 : {13u, 14u}) {
+        for (bool kv : {false, true}) {
+          EncodeOptions o;
+          o.dtype = d;
+          o.tile_log2 = log2;
+          if (kv) o.layout = {0, 8, 16};
+          const auto in = KvLike(d, n, 128, static_cast<uint32_t>(n + log2));
+          const auto chunk = Encoded(o, in);
+          EXPECT_EQ(Decoded(chunk, in.size()), in) << DTypeName(d) << " n=" << n << " log2=" << log2;
+          auto info = Inspect(chunk.data(), chunk.size());
+          ASSERT_TRUE(info.ok()) << info.status();
+          if (!info->stored) {
+            EXPECT_EQ(info->tile_log2, log2);
+            EXPECT_EQ(info->tiles, plan::TileCount(n, log2));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, RejectsTileSizesOutsideTheFormat) {
+  const auto in = KvLike(DType::kFP8E4M3, 50000, 64, 2);
+  std::vector<uint8_t> out(MaxSplitEncodedBytes(in.size()));
+  EncodeOptions o;
+  o.dtype = DType::kFP8E4M3;
+  for (uint32_t bad : {1u, 12u, 15u, 40u}) {
+    o.tile_log2 = bad;
+    EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  // Split-send's size bound counts on tiles of at least 16 KiB of input.
+  o.tile_log2 = 13;
+  o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
+  EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.tile_log2 = 14;
+  EXPECT_TRUE(Encode(o, in.data(), in.size(), out.data(), out.size()).ok());
+}
+
 TEST(Codec, CompressesKvLikeBf16AndKvAwareModeIsNoWorse) {
   const uint32_t heads = 8, dim = 128;
   auto in = KvLike(DType::kBF16, 16 * 16 * heads * dim, heads * dim, 3);  // 16 blocks of 16 tokens
