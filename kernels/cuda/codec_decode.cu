@@ -302,20 +302,25 @@ __global__ void __launch_bounds__(1024)
 }
 
 constexpr int kWarpsPerBlock = 8;
-constexpr uint32_t kSeg = 512;  // symbols a warp decodes before writing them out (16 rounds)
+constexpr uint32_t kSegRounds = 16;          // rounds a warp decodes before writing their symbols out
+constexpr uint32_t kSeg = 32 * kSegRounds;   // symbols of a segment
+constexpr uint32_t kSegPieces = kSeg / 256;  // bf16: 16-byte output pieces a lane writes per segment
 
 // A warp's tile word stream flows through a shared-memory ring of
 // kRingChunks chunks of 256 words (16 bytes a lane), fetched by cp.async, one
-// commit group per chunk. Every kRefillRounds rounds (which read <= 32 words
-// each) the warp frees the chunks it has passed, fetches new ones into their
-// slots (rarely more than one), and waits only for the chunks the next
-// kRefillRounds rounds may read: the fetches stay 2-3 chunks (~30 rounds)
-// ahead. The ring holds the stream from the 16-byte boundary at or before
-// its start, so that every fetch is aligned.
+// commit group per chunk. At the start of each segment (16 rounds, which
+// read <= 32 words each) the warp frees the chunks it has passed, fetches new
+// ones into their slots (rarely more than one), and waits only for the chunks
+// the segment may read. Coded tiles read a few words a round, so the fetches
+// are usually far ahead. The ring holds the stream from the 16-byte boundary
+// at or before its start, so that every fetch is aligned.
 constexpr uint32_t kRingChunk = 256;
 constexpr uint32_t kRingChunks = 4;
 constexpr uint32_t kRing = kRingChunk * kRingChunks;
-constexpr uint32_t kRefillRounds = 8;
+constexpr uint32_t kRefillRounds = kSegRounds;
+// Bytes of raw plane a warp stages per segment (dtypes other than bf16; see
+// FetchRaw): a 16-byte lead, fp16's 704 bytes (fp32's first 768), a margin.
+constexpr uint32_t kRawStage = 800;
 
 struct DecodeShared {
   uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys (16-byte aligned: pairs are loaded at once)
@@ -325,6 +330,7 @@ struct DecodeShared {
   };
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
+  alignas(16) uint8_t raw[kWarpsPerBlock][kRawStage];  // dtypes other than bf16: a segment's raw parts (FetchRaw)
 };
 
 // Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, or
@@ -342,19 +348,16 @@ template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
-// Waits until at most `pending` (or fewer) of the newest groups are in flight.
+// Waits until at most `pending` of the newest groups are in flight. A
+// refill leaves the ring's 4 chunks fetched from the one being read; the
+// next 16 rounds read at most 512 words, 2 or 3 of those chunks, so 1 or 2
+// groups may stay in flight.
 __device__ __forceinline__ void CpAsyncWaitPending(uint32_t pending) {
-  // A ring refill leaves at most kRingChunks - 1 groups in flight.
-  static_assert(kRingChunks == 4, "one case per count of groups a refill may leave pending");
-  switch (pending) {
-    case 0:
-      return CpAsyncWait<0>();
-    case 1:
-      return CpAsyncWait<1>();
-    case 2:
-      return CpAsyncWait<2>();
-    default:
-      return CpAsyncWait<3>();
+  static_assert(kRingChunks == 4 && kRingChunk == 256 && kRefillRounds == 16, "pending is 1 or 2");
+  if (pending >= 2) {
+    CpAsyncWait<2>();
+  } else {
+    CpAsyncWait<1>();
   }
 }
 
@@ -394,6 +397,11 @@ __device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uin
   sum->AddFirst(w0, k.x);
 }
 
+using Bf16 = ElemT<2, 8, 7, false>;
+constexpr uint32_t kBf16Dtype = 1;  // WithElem's code for Bf16
+template <typename E>
+constexpr bool kIsBf16 = E::bytes == 2 && E::raw_bits == 8;
+
 // bf16: four elements from four raw bytes r and four symbols sy (byte k is
 // element k's): element = (raw >> 7) << 15 | symbol << 7 | (raw & 0x7f). Byte
 // permutes pair each raw byte with its symbol, three masks place the bits.
@@ -421,17 +429,100 @@ __device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* 
   return w;
 }
 
+// Dtypes other than bf16, in whole segments: lane t's i-th piece (16 bytes
+// of output at 16t + 512i, P = 16 / E::bytes elements) has its raw parts in
+// kBytes = P * W / 8 whole bytes of the plane (W = E::raw_bits), read as
+// kWords aligned words: up to 6 bytes past the piece's, which the exponent
+// section after the plane always holds (a table and the directory).
+template <typename E>
+struct RawPiece {
+  static constexpr uint32_t P = 16 / E::bytes, W = E::raw_bits, kBytes = P * W / 8, kWords = (kBytes + 3) / 4 + 1;
+  // The piece's first aligned word; *sh: the bits to shift out of it.
+  __device__ __forceinline__ static const uint32_t* Words(const uint8_t* raw, uint64_t e0, uint32_t i, uint32_t* sh) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(raw + (e0 / P + threadIdx.x % 32 + 32 * i) * kBytes);
+    *sh = 8 * static_cast<uint32_t>(a & 3);
+    return reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+  }
+};
+
+// The pieces of a segment whose raw parts FetchRaw stages: all of fp16's
+// and fp8's, two of fp32's four.
+template <typename E>
+__device__ __forceinline__ constexpr uint32_t StagedPieces() {
+  return E::raw_bits == 0 ? 0 : min(E::bytes, 2u);
+}
+
+// Starts copying the raw parts of a whole segment's staged pieces (at e0)
+// into the warp's raw stage rs with cp.async, one commit group, from the
+// 16-byte boundary at or before them (up to 16 bytes past their end: the
+// chunk's exponent section, more than that after the plane of a chunk
+// with a whole segment). *lead: where the first piece starts in rs.
+template <typename E>
+__device__ __forceinline__ void FetchRaw(const uint8_t* raw, uint64_t e0, uint8_t* rs, uint32_t* lead) {
+  using R = RawPiece<E>;
+  const uint8_t* src = raw + e0 / R::P * R::kBytes;
+  const uint8_t* base = src - reinterpret_cast<uintptr_t>(src) % 16;
+  *lead = static_cast<uint32_t>(src - base);
+  const uint32_t chunks = (*lead + 32 * StagedPieces<E>() * R::kBytes + 6 + 15) / 16;
+  for (uint32_t c = threadIdx.x % 32; c < chunks; c += 32) CpAsync16(rs + 16 * c, base + 16 * c);
+  CpAsyncCommit();
+}
+
+// Lane t's i-th piece of a whole segment at e0 (dtypes other than bf16): its
+// symbols from the stage st joined with its raw parts, from the raw stage
+// rs when FetchRaw staged them there (rs not null), else from the plane.
+template <typename E>
+__device__ __forceinline__ ulonglong2 JoinPiece(const uint8_t* raw, const uint8_t* st, const uint8_t* rs, uint32_t lead,
+                                                uint64_t e0, uint32_t i) {
+  using R = RawPiece<E>;
+  constexpr uint32_t P = R::P, W = R::W, kWords = R::kWords;
+  const uint32_t j0 = P * (threadIdx.x % 32) + 32 * P * i;  // the piece's first element in the segment
+  uint32_t v[kWords] = {};                                  // the raw bits, LSB-first
+  if constexpr (W > 0) {
+    uint32_t sh;
+    const uint32_t* w;
+    if (rs != nullptr && i < StagedPieces<E>()) {
+      const uint32_t at = lead + (threadIdx.x % 32 + 32 * i) * R::kBytes;
+      sh = 8 * (at % 4);
+      w = reinterpret_cast<const uint32_t*>(rs + (at & ~3u));
+    } else {
+      w = R::Words(raw, e0, i, &sh);
+    }
+    uint32_t r[kWords];
+#pragma unroll
+    for (uint32_t k = 0; k < kWords; ++k) r[k] = w[k];
+#pragma unroll
+    for (uint32_t k = 0; k + 1 < kWords; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], sh);
+  }
+  uint32_t sy[P / 4];  // P symbols, byte k the k-th
+#pragma unroll
+  for (uint32_t k = 0; k < P / 4; ++k) sy[k] = reinterpret_cast<const uint32_t*>(st + j0)[k];
+  uint32_t o[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (uint32_t k = 0; k < P; ++k) {
+    uint32_t r = 0;
+    if constexpr (W > 0) {
+      constexpr uint32_t kMask = (1u << W) - 1;
+      const uint32_t bit = k * W, q = bit / 32, b = bit % 32;
+      r = (b + W > 32 ? __funnelshift_r(v[q], v[q + 1], b) : v[q] >> b) & kMask;
+    }
+    const uint32_t e = E::Join((sy[k / 4] >> (8 * (k % 4))) & 0xff, r);
+    o[k * E::bytes / 4] |= e << (8 * (k * E::bytes % 4));
+  }
+  return make_ulonglong2(o[0] | static_cast<uint64_t>(o[1]) << 32, o[2] | static_cast<uint64_t>(o[3]) << 32);
+}
+
 // Loads the bf16 raw bytes of lane t's pieces of the segment at e0: elements
 // e0 + 8t + 256i .. + 8 (i = 0, 1).
 __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw, uint64_t e0, bool aligned,
                                          uint2* raw8) {
   const uint32_t lane = threadIdx.x % 32;
   if (aligned && e0 + kSeg <= s.n) {  // a whole segment: no checks per piece
-    raw8[0] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane);
-    raw8[1] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256);
+#pragma unroll
+    for (uint32_t i = 0; i < kSegPieces; ++i) raw8[i] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256 * i);
     return;
   }
-  for (uint32_t i = 0; i < 2; ++i) {
+  for (uint32_t i = 0; i < kSegPieces; ++i) {
     const uint64_t e = e0 + 8 * lane + 256 * i;
     if (e + 8 <= s.n && aligned) {
       raw8[i] = *reinterpret_cast<const uint2*>(raw + e);
@@ -445,27 +536,28 @@ __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw
 
 // A warp joins the kSeg staged symbols of elements [e0, e0 + kSeg) with the
 // raw plane, writes and checksums them in pieces; at the end of a 4 KiB
-// output block (or of the chunk) it adds the block's digest. kBf16: the
-// chunk is bf16, whose raw bytes (raw8, LoadRaw8) are loaded ahead.
-template <bool kBf16>
+// output block (or of the chunk) it adds the block's digest. bf16's raw
+// bytes (raw8, LoadRaw8) are loaded ahead; other dtypes' raw parts of a whole
+// segment are in the raw stage rs (FetchRaw) or in the plane (rs null).
+template <typename E>
 __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* raw, uint64_t e0, const uint8_t* st,
-                                            const uint2* raw8, const uint64_t* key, Kvsum64Pairs* sum,
-                                            unsigned long long* gsum) {
+                                            const uint2* raw8, const uint8_t* rs, uint32_t lead, const uint64_t* key,
+                                            Kvsum64Pairs* sum, unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
-  const uint64_t b0 = e0 * s.elem_bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * s.elem_bytes);
-  if constexpr (kBf16) {  // a piece is 8 symbols and 8 raw bytes
+  const uint64_t b0 = e0 * E::bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * E::bytes);
+  if constexpr (kIsBf16<E>) {  // a piece is 8 symbols and 8 raw bytes
     // A whole segment (1 KiB) inside one output block: no per-piece checks.
     const Addr& out = s.out;
     if (b1 - b0 == 2 * kSeg && (out.blocks == nullptr || b0 % out.bb + 2 * kSeg <= out.bb)) {
       uint8_t* dst = out.At(b0) + 16 * lane;
       const uint32_t at = static_cast<uint32_t>(b0 % checksum::kBlockBytes) + 16 * lane;
 #pragma unroll
-      for (uint32_t i = 0; i < 2; ++i) {
+      for (uint32_t i = 0; i < kSegPieces; ++i) {
         const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
         EmitWholePiece(dst + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
       }
     } else {
-      for (uint32_t i = 0; i < 2; ++i) {
+      for (uint32_t i = 0; i < kSegPieces; ++i) {
         const uint64_t off = b0 + 16 * lane + 512 * i;
         if (off >= b1) break;
         const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
@@ -474,13 +566,18 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
     }
   } else {
     const uint32_t limit = static_cast<uint32_t>(b1 - b0);
-    WithElem(s.dtype, [&](auto t) {
-      using E = decltype(t);
+    if (limit == kSeg * E::bytes) {  // a whole segment: whole pieces, E::bytes a lane
+#pragma unroll
+      for (uint32_t i = 0; i < E::bytes; ++i) {
+        const ulonglong2 w = JoinPiece<E>(raw, st, rs, lead, e0, i);
+        EmitPiece(s, b0 + 16 * lane + 512 * i, w.x, w.y, key, sum);
+      }
+    } else {
       for (uint32_t first = 16 * lane; first < limit; first += 512) {
         EmitPiece(s, b0 + first, JoinWord<E>(raw, st, e0, first, limit), JoinWord<E>(raw, st, e0, first + 8, limit),
                   key, sum);
       }
-    });
+    }
   }
   if (b1 % checksum::kBlockBytes == 0 || b1 == s.orig_bytes) {
     const uint64_t block = (b1 - 1) / checksum::kBlockBytes;
@@ -491,10 +588,10 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
 // One warp, one coded tile: 32 rANS lanes reading the word stream through the
 // ring; every 16 rounds the staged symbols are joined with the raw plane and
 // written out (EmitSegment). kGroups: the chunk maps channels to tables.
-template <bool kBf16, bool kGroups, typename TableAt>
+template <typename E, bool kGroups, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
-                                                uint8_t* st, uint16_t (*rings)[kRing], const uint64_t* key,
+                                                uint8_t* st, uint16_t (*rings)[kRing], uint8_t* rs, const uint64_t* key,
                                                 bool raw_aligned, unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
   bool bad = size < 128;
@@ -545,7 +642,6 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const unsigned lt = (1u << lane) - 1;
   Kvsum64Pairs sum;
   auto round = [&](uint32_t r, bool active) {
-    if (r % kRefillRounds == 0) refill(wb);
     uint32_t sym;  // the decoded symbol; y: the state before renormalisation
     const uint32_t y = table_at(kGroups ? map[ch_idx] : 0u, x, &sym);
     const bool need = active && y < kL;
@@ -563,17 +659,25 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     }
   };
   for (uint32_t seg = 0; seg * kSeg < n; ++seg) {
-    uint2 raw8[2];
-    if (kBf16) LoadRaw8(s, raw, begin + seg * kSeg, raw_aligned, raw8);
-    if (seg * kSeg + kSeg <= n) {  // a whole segment: every lane active in all 16 rounds
+    uint2 raw8[kSegPieces];
+    uint32_t rlead = 0;
+    const bool whole = seg * kSeg + kSeg <= n;
+    refill(wb);  // before FetchRaw: the ring's waits count its own groups, the newest
+    if constexpr (kIsBf16<E>) {
+      LoadRaw8(s, raw, begin + seg * kSeg, raw_aligned, raw8);
+    } else if (whole) {
+      FetchRaw<E>(raw, begin + seg * kSeg, rs, &rlead);
+    }
+    if (whole) {  // every lane active in all 16 rounds
 #pragma unroll
-      for (uint32_t r = 0; r < 16; ++r) round(r, true);
+      for (uint32_t r = 0; r < kSegRounds; ++r) round(r, true);
     } else {
       const uint32_t rounds = (n - seg * kSeg + 31) / 32;
       for (uint32_t r = 0; r < rounds; ++r) round(r, seg * kSeg + r * 32 + lane < n);
     }
+    if (!kIsBf16<E> && whole) CpAsyncWait<0>();
     __syncwarp();
-    EmitSegment<kBf16>(s, raw, begin + seg * kSeg, st, raw8, key, &sum, gsum);
+    EmitSegment<E>(s, raw, begin + seg * kSeg, st, raw8, whole ? rs : nullptr, rlead, key, &sum, gsum);
     __syncwarp();
   }
   CpAsyncWait<0>();
@@ -585,7 +689,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
 }
 
 // Warp `warp` decodes tile t of chunk c (RAW or coded) into the output.
-template <bool kBf16>
+template <typename E>
 __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* in, const Workspace& ws, int c,
                                            uint32_t t, uint32_t max_tiles, DecodeShared& sh) {
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -599,16 +703,16 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   uint8_t* st = sh.stage[warp];
   const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
   if (entry & kTileRaw) {
-    if (size != (((n + 7) / 8 * s.exp_bits + 3) & ~3u)) return true;
+    if (size != (((n + 7) / 8 * E::exp_bits + 3) & ~3u)) return true;
     Kvsum64Pairs sum;
     for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
-      uint2 raw8[2];
-      if (kBf16) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
+      uint2 raw8[kSegPieces];
+      if (kIsBf16<E>) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
       for (uint32_t k = lane; k < kSeg && e0 + k < n; k += 32) {
-        st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, s.exp_bits));
+        st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, E::exp_bits));
       }
       __syncwarp();
-      EmitSegment<kBf16>(s, raw, begin + e0, st, raw8, sh.key, &sum, gsum);
+      EmitSegment<E>(s, raw, begin + e0, st, raw8, nullptr, 0, sh.key, &sum, gsum);
       __syncwarp();
     }
     return false;
@@ -620,7 +724,8 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       *sym = e & 0xff;
       return (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
     };
-    return DecodeCodedTile<kBf16, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.key, raw_aligned, gsum);
+    return DecodeCodedTile<E, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
+                                     raw_aligned, gsum);
   }
   // Several tables: always channel groups (Parse); the compact tables are in
   // shared memory.
@@ -633,14 +738,21 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     *sym = k;
     return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
   };
-  return DecodeCodedTile<kBf16, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.key, raw_aligned, gsum);
+  return DecodeCodedTile<E, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key, raw_aligned,
+                                  gsum);
 }
 
-// DecodeTile for dtypes other than bf16. Not inlined: its registers do not
-// crowd the bf16 path's (it reads the chunk's state from memory).
+// DecodeTile for dtypes other than bf16, each its own copy. Not inlined:
+// its registers do not crowd the bf16 path's (it reads the chunk's state
+// from memory).
 __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8_t* in, const Workspace ws, int c,
                                                 uint32_t t, uint32_t max_tiles, DecodeShared* sh) {
-  return DecodeTile<false>(*s, in, ws, c, t, max_tiles, *sh);
+  bool bad = true;
+  WithElem(s->dtype, [&](auto e) {
+    using E = decltype(e);
+    if constexpr (!kIsBf16<E>) bad = DecodeTile<E>(*s, in, ws, c, t, max_tiles, *sh);
+  });
+  return bad;
 }
 
 // WarpsPerTileBlock warps per block (8, or fewer for a call with few tiles),
@@ -700,9 +812,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     }
     return;
   }
-  const bool bad = s.elem_bytes == 2 && s.raw_bits == 8
-                       ? DecodeTile<true>(s, in, ws, c, t, max_tiles, sh)
-                       : DecodeTileAnyDtype(&ws.state[c], in, ws, c, t, max_tiles, &sh);
+  const bool bad = s.dtype == kBf16Dtype ? DecodeTile<Bf16>(s, in, ws, c, t, max_tiles, sh)
+                                         : DecodeTileAnyDtype(&ws.state[c], in, ws, c, t, max_tiles, &sh);
   if (bad && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }
 
