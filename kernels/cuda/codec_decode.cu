@@ -339,9 +339,9 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
-__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, uint32_t bytes) {  // 4 or 0 (zeros)
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -585,10 +585,41 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
   }
 }
 
+// A ring piece of a stream at an odd address: the 16 chunk bytes from g + 1
+// (g 16-byte aligned; ring bytes b .. b + 16, of which those before `end`
+// are the stream's) into dst, by aligned loads shifted a byte, synchronously.
+__device__ __forceinline__ void FetchShifted(const uint8_t* g, uint32_t b, uint32_t end, uint16_t* dst) {
+  uint32_t v[4];
+  if (b + 19 <= end) {  // the 20 bytes from g are all the chunk's
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(g);
+    uint32_t r[5];
+#pragma unroll
+    for (uint32_t k = 0; k < 5; ++k) r[k] = __ldg(w + k);
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], 8);
+  } else {  // the stream's end: byte by byte, zeros after it
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      v[k] = 0;
+      for (uint32_t q = 0; q < 4; ++q) {
+        if (b + 4 * k + q < end) v[k] |= static_cast<uint32_t>(g[1 + 4 * k + q]) << (8 * q);
+      }
+    }
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// The n < 4 bytes at src, zero padded, into the 4 at dst.
+__device__ __forceinline__ void StoreShortWord(const uint8_t* src, uint32_t n, uint16_t* dst) {
+  uint32_t v = 0;
+  for (uint32_t q = 0; q < n; ++q) v |= static_cast<uint32_t>(src[q]) << (8 * q);
+  *reinterpret_cast<uint32_t*>(dst) = v;
+}
+
 // One warp, one coded tile: 32 rANS lanes reading the word stream through the
 // ring; every 16 rounds the staged symbols are joined with the raw plane and
 // written out (EmitSegment). kGroups: the chunk maps channels to tables.
-template <typename E, bool kGroups, typename TableAt>
+template <typename E, bool kGroups, bool kOdd, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
                                                 uint8_t* st, uint16_t (*rings)[kRing], uint8_t* rs, const uint64_t* key,
@@ -597,7 +628,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   bool bad = size < 128;
   uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
   bad |= x < kL;
-  const uint8_t* stream = tile + 128;  // 4-byte aligned: tiles are
+  const uint8_t* stream = tile + 128;
   const uint32_t nbytes = bad ? 0 : size - 128;
   const uint32_t nwords = nbytes / 2;
   // This warp's ring: rings[warp], at byte ring_off of `rings`. As rings
@@ -608,9 +639,13 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   static_assert((2 * kRing & (2 * kRing - 1)) == 0, "the ring is a power of two bytes");
   // Ring byte j holds stream byte j - lead (mod the ring): the fetches start
   // at the 16-byte boundary `base`, lead bytes before the stream (bytes of
-  // the chunk, never used), and stop at the stream's end.
+  // the chunk, never used), and stop at the stream's end. A stream at an odd
+  // address (a chunk at an odd address) is fetched one byte on, so that its
+  // words stay 2-byte aligned in the ring: ring byte j holds chunk byte
+  // base + odd + j.
   const uint8_t* base = stream - reinterpret_cast<uintptr_t>(stream) % 16;
-  const uint32_t lead = static_cast<uint32_t>(stream - base), end = bad ? 0 : lead + nbytes;
+  constexpr uint32_t odd = kOdd ? 1 : 0;  // kOdd: the stream (the tile) is at an odd address
+  const uint32_t lead = static_cast<uint32_t>(stream - base) - odd, end = bad ? 0 : lead + nbytes;
   uint32_t fetched = 0;  // chunks fetched so far; chunk c lives in slot c % kRingChunks
   // The warp has read all ring bytes before at; the next kRefillRounds rounds
   // read bytes before at + 64 * kRefillRounds.
@@ -619,12 +654,18 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     for (; fetched < at / (2 * kRingChunk) + kRingChunks; ++fetched) {
       const uint32_t b = fetched * kRingChunk * 2 + 16 * lane;
       uint16_t* dst = ring + (fetched % kRingChunks) * kRingChunk + 8 * lane;
-      if (b + 16 <= end) {
+      if constexpr (kOdd) {
+        FetchShifted(base + b, b, end, dst);
+      } else if (b + 16 <= end) {
         CpAsync16(dst, base + b);
-      } else {  // the stream's last bytes (a multiple of 4) and zeros: no read past its end
+      } else {  // the stream's last bytes and zeros: no read past its end
         for (uint32_t k = 0; k < 4; ++k) {
-          const bool valid = b + 4 * k + 4 <= end;
-          CpAsync4(dst + 2 * k, valid ? base + b + 4 * k : base, valid);
+          const uint32_t at = b + 4 * k;
+          if (at + 4 <= end || at >= end) {
+            CpAsync4(dst + 2 * k, at < end ? base + at : base, at < end ? 4 : 0);
+          } else {  // a last word short of 4 bytes (a chunk at an address 2 mod 4)
+            StoreShortWord(base + at, end - at, dst + 2 * k);
+          }
         }
       }
       CpAsyncCommit();
@@ -688,6 +729,42 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   return __any_sync(0xffffffffu, bad);
 }
 
+// A RAW tile's symbols [e0, e0 + kSeg) (of its n) into the stage st: lane t
+// unpacks groups of 8 (X = E::exp_bits bytes each) t and t + 32, from aligned
+// words where they lie inside the tile's `size` bytes, else byte by byte.
+template <typename E>
+__device__ __forceinline__ void UnpackRawSymbols(const uint8_t* tile, uint32_t size, uint32_t e0, uint32_t n,
+                                                 uint8_t* st) {
+  constexpr uint32_t X = E::exp_bits, kWords = (X + 3) / 4 + 1;
+  const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+  for (uint32_t j = 0; j < kSeg / 256; ++j) {
+    const uint32_t g = lane + 32 * j;  // the group within the segment
+    if (e0 + 8 * g >= n) break;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(tile + (e0 / 8 + g) * X);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+    uint32_t sy[2] = {0, 0};  // symbol k in byte k
+    if (a - reinterpret_cast<uintptr_t>(tile) + 4 * kWords <= size + (a & 3)) {
+      const uint32_t sh = 8 * static_cast<uint32_t>(a & 3);
+      uint32_t r[kWords], v[kWords - 1];
+#pragma unroll
+      for (uint32_t k = 0; k < kWords; ++k) r[k] = __ldg(w + k);
+#pragma unroll
+      for (uint32_t k = 0; k + 1 < kWords; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], sh);
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t bit = k * X, q = bit / 32, b = bit % 32;
+        const uint32_t x = (b + X > 32 ? __funnelshift_r(v[q], v[q + 1], b) : v[q] >> b) & ((1u << X) - 1);
+        sy[k / 4] |= x << (8 * (k % 4));
+      }
+    } else {
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k) sy[k / 4] |= Unpack(tile, e0 + 8 * g + k, X) << (8 * (k % 4));
+    }
+    *reinterpret_cast<uint2*>(st + 8 * g) = make_uint2(sy[0], sy[1]);
+  }
+}
+
 // Warp `warp` decodes tile t of chunk c (RAW or coded) into the output.
 template <typename E>
 __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* in, const Workspace& ws, int c,
@@ -708,9 +785,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
       uint2 raw8[kSegPieces];
       if (kIsBf16<E>) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
-      for (uint32_t k = lane; k < kSeg && e0 + k < n; k += 32) {
-        st[k] = static_cast<uint8_t>(Unpack(tile, e0 + k, E::exp_bits));
-      }
+      UnpackRawSymbols<E>(tile, size, e0, n, st);
       __syncwarp();
       EmitSegment<E>(s, raw, begin + e0, st, raw8, nullptr, 0, sh.key, &sum, gsum);
       __syncwarp();
@@ -724,8 +799,12 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       *sym = e & 0xff;
       return (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
     };
-    return DecodeCodedTile<E, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                     raw_aligned, gsum);
+    if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
+      return DecodeCodedTile<E, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
+                                             raw_aligned, gsum);
+    }
+    return DecodeCodedTile<E, false, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
+                                            raw_aligned, gsum);
   }
   // Several tables: always channel groups (Parse); the compact tables are in
   // shared memory.
@@ -738,8 +817,12 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     *sym = k;
     return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
   };
-  return DecodeCodedTile<E, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key, raw_aligned,
-                                  gsum);
+  if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
+    return DecodeCodedTile<E, true, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
+                                          raw_aligned, gsum);
+  }
+  return DecodeCodedTile<E, true, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
+                                         raw_aligned, gsum);
 }
 
 // DecodeTile for dtypes other than bf16, each its own copy. Not inlined:

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,7 +42,11 @@ struct Batch {
 };
 
 // Decodes all chunks in one call; returns per-chunk status and outputs.
-void DecodeOnGpu(const Batch& b, std::vector<int32_t>* status, std::vector<std::vector<uint8_t>>* outs) {
+// Chunk k lies `misalign(k)` bytes into its device buffer, whose end is the
+// chunk's end (so reads past a chunk fall outside its allocation).
+void DecodeOnGpu(
+    const Batch& b, std::vector<int32_t>* status, std::vector<std::vector<uint8_t>>* outs,
+    const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }) {
   uint64_t max_out = 1;
   for (auto& in : b.inputs) max_out = std::max<uint64_t>(max_out, in.size());
   auto dec = cuda::Decoder::Create(static_cast<int>(b.chunks.size()), max_out);
@@ -50,11 +55,13 @@ void DecodeOnGpu(const Batch& b, std::vector<int32_t>* status, std::vector<std::
   std::vector<void*> owned;
   for (size_t k = 0; k < b.chunks.size(); ++k) {
     void *in = nullptr, *out = nullptr;
-    CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, b.chunks[k].size())));
+    const uint32_t skew = misalign(k);
+    CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, skew + b.chunks[k].size())));
     CUDA_OK(cudaMalloc(&out, std::max<size_t>(1, b.inputs[k].size())));
-    CUDA_OK(cudaMemcpy(in, b.chunks[k].data(), b.chunks[k].size(), cudaMemcpyHostToDevice));
+    CUDA_OK(
+        cudaMemcpy(static_cast<uint8_t*>(in) + skew, b.chunks[k].data(), b.chunks[k].size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(out, 0xee, std::max<size_t>(1, b.inputs[k].size())));
-    host[k].data = static_cast<uint8_t*>(in);
+    host[k].data = static_cast<uint8_t*>(in) + skew;
     host[k].bytes = b.chunks[k].size();
     host[k].out.data = static_cast<uint8_t*>(out);
     host[k].out_capacity = b.inputs[k].size();
@@ -146,6 +153,53 @@ TEST_F(CudaCodec, DecodesChunksOfEitherTileSize) {
   for (size_t k = 0; k < b.inputs.size(); ++k) {
     EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
     EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
+  }
+}
+
+// Chunks whose tiles are stored RAW (the plane taken for split-send, so
+// that even data that does not shrink is coded), all of them or one in two,
+// for every dtype and tile size, at every alignment of the chunk: the RAW
+// symbols are read in aligned words, never past the chunk's end.
+TEST_F(CudaCodec, DecodesRawTilesAtAnyAlignment) {
+  Batch b;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  std::mt19937 rng(11);
+  for (DType d : all) {
+    const size_t es = Info(d)->bytes;
+    for (size_t n : {size_t{1001}, size_t{16385}, size_t{100003}}) {
+      for (uint32_t log2 : {13u, 14u}) {
+        for (bool half : {false, true}) {
+          std::vector<uint8_t> in = KvLike(d, n, 1024, static_cast<uint32_t>(n + log2));
+          // Random bytes in every tile (half: every other tile).
+          for (size_t e = 0; e < n; ++e) {
+            if (!half || (e >> log2) % 2 == 1) {
+              for (size_t k = 0; k < es; ++k) in[e * es + k] = static_cast<uint8_t>(rng());
+            }
+          }
+          EncodeOptions o;
+          o.dtype = d;
+          o.tile_log2 = log2;
+          // (Split-send needs tiles of 16 KiB of input or more: 1-byte
+          // elements in 8 KiB tiles code only the half that shrinks.)
+          if ((es << log2) >= 16384) o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
+          std::vector<uint8_t> chunk(MaxSplitEncodedBytes(in.size()));
+          auto size = Encode(o, in.data(), in.size(), chunk.data(), chunk.size());
+          ASSERT_TRUE(size.ok()) << size.status();
+          chunk.resize(*size);
+          b.inputs.push_back(std::move(in));
+          b.chunks.push_back(std::move(chunk));
+        }
+      }
+    }
+  }
+  for (uint32_t skew = 0; skew < 4; ++skew) {
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> outs;
+    DecodeOnGpu(b, &status, &outs, [skew](size_t k) { return static_cast<uint32_t>((k + skew) % 4); });
+    for (size_t k = 0; k < b.inputs.size(); ++k) {
+      EXPECT_EQ(status[k], 0) << "chunk " << k << " skew " << skew << ": " << cuda::ToStatus(status[k]);
+      EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " skew " << skew << " differs";
+    }
   }
 }
 
