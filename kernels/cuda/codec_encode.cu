@@ -148,7 +148,7 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 // the input is one buffer, not a block list.
 template <typename E, bool kWhole, bool kContig>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
-                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum,
+                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
                                           kvferry::cuda::Kvsum64Pairs* sum) {
   constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
   const uint32_t lane = threadIdx.x % 32;
@@ -236,6 +236,25 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
         *reinterpret_cast<uint64_t*>(raw_out + start) = lo;
         continue;
       }
+      if constexpr (kWhole && span != 8) {
+        // The warp's 32 pieces are one run of 32 span bytes, at a multiple of
+        // 16 in the plane: staged in shared memory a lane's bytes at a time,
+        // then written 16 bytes a lane (fp16, fp32, fp8 e5m2: not whole
+        // words a piece).
+#pragma unroll
+        for (uint32_t o = 0; o < span; ++o) {
+          rstage[lane * span + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
+        }
+        __syncwarp();
+        uint8_t* run = raw_out + start - lane * span;
+        if (reinterpret_cast<uintptr_t>(run) % 16 == 0) {
+          if (lane < 2 * span) reinterpret_cast<uint4*>(run)[lane] = reinterpret_cast<const uint4*>(rstage)[lane];
+        } else {
+          for (uint32_t b = lane; b < 32 * span; b += 32) run[b] = rstage[b];
+        }
+        __syncwarp();
+        continue;
+      }
       // Cut at the end of the raw plane (a short last piece).
       const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
       for (uint32_t o = 0; o < n; ++o) {
@@ -267,6 +286,10 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 // over 64 KiB), or 1 when a call has too few blocks to fill the SMs.
 constexpr uint32_t kSplitWarps = 8;
 constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4;
+// A warp's run of raw bytes (SplitWarp, whole blocks: 32 pieces of up to 12),
+// in the channel sums' space, which whole blocks never use.
+constexpr uint32_t kSplitRawStage = 384;
+static_assert(kSplitWarps * kSplitRawStage <= kMaxGroupedChannels * 4, "raw stages fit the channel sums' space");
 
 __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws, uint32_t per_warp) {
@@ -281,6 +304,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
   auto hist = reinterpret_cast<uint32_t(*)[32]>(key + checksum::kWordsPerBlock);  // [128][32]
   uint32_t* chsum = &hist[128][0];                                                 // [kMaxGroupedChannels]
+  uint8_t* rstage = reinterpret_cast<uint8_t*>(chsum) + (threadIdx.x / 32) * kSplitRawStage;  // whole blocks only
   const bool code = !p.stored;
   const uint32_t C = static_cast<uint32_t>(p.channels);
   for (uint32_t k = threadIdx.x; k < 128 * 32; k += blockDim.x) (&hist[0][0])[k] = 0;
@@ -298,12 +322,12 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     WithElem(p.dtype, [&](auto e) {
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
         if (p.in.blocks == nullptr) {
-          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, key, hist, chsum, &sum);
+          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
         } else {
-          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, key, hist, chsum, &sum);
+          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
         }
       } else {
-        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, key, hist, chsum, &sum);
+        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
       }
     });
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);

@@ -276,6 +276,7 @@ TEST_F(CudaCodec, HeaderAndSectionCorruptionsAreJudgedAsTheCpuJudgesThem) {
 struct EncodeCase {
   std::vector<uint8_t> input;
   EncodeOptions options;
+  uint32_t out_skew = 0;  // the chunk is written this many bytes into its buffer
 };
 
 // Encodes every case in one EncodeAsync call (contiguous inputs). With
@@ -293,9 +294,9 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
     void *in = nullptr, *out = nullptr;
     const size_t cap = estimates ? MaxSplitEncodedBytes(cases[k].input.size()) : MaxEncodedBytes(cases[k].input.size());
     CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, cases[k].input.size())));
-    CUDA_OK(cudaMalloc(&out, cap));
+    CUDA_OK(cudaMalloc(&out, cases[k].out_skew + cap));
     CUDA_OK(cudaMemcpy(in, cases[k].input.data(), cases[k].input.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(out, 0xee, cap));
+    CUDA_OK(cudaMemset(out, 0xee, cases[k].out_skew + cap));
     auto& h = host[k];
     h.in.data = static_cast<uint8_t*>(in);
     h.bytes = cases[k].input.size();
@@ -304,7 +305,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
     h.tokens = cases[k].options.layout.tokens;
     h.heads = cases[k].options.layout.heads;
     h.head_dim = cases[k].options.layout.head_dim;
-    h.out = static_cast<uint8_t*>(out);
+    h.out = static_cast<uint8_t*>(out) + cases[k].out_skew;
     h.out_capacity = cap;
     h.allow_stored = estimates ? 0 : 1;
     owned.push_back(in);
@@ -407,6 +408,34 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
 // A call that promises no KV-aware chunk skips the channel-ranking kernels:
 // its order-0 chunks (with or without a layout) are the CPU's bytes, and a
 // chunk that asks for channel groups anyway is refused, not coded otherwise.
+// The chunk may start at any address: the raw plane's runs of pieces that
+// are not whole words (fp16, fp32, fp8 e5m2) are written in 16-byte stores
+// only where aligned.
+TEST_F(CudaCodec, EncoderWritesTheCpuBytesAtAnyOutputAddress) {
+  std::vector<EncodeCase> cases;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  for (DType d : all) {
+    for (size_t n : {size_t{1001}, size_t{100003}}) {
+      for (uint32_t skew : {0u, 1u, 2u, 3u, 8u}) {
+        EncodeCase cs;
+        cs.options.dtype = d;
+        cs.input = KvLike(d, n, 256, static_cast<uint32_t>(n));
+        cs.out_skew = skew;
+        cases.push_back(std::move(cs));
+      }
+    }
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(cases, &status, &gpu);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", skew "
+                               << cases[k].out_skew << "): " << FirstDifference(gpu[k], cpu);
+  }
+}
+
 TEST_F(CudaCodec, ACallWithoutChannelGroupsCodesOrder0AndRefusesAGroupedRequest) {
   std::vector<EncodeCase> cases;
   EncodeCase kv;  // per-channel scale, layout given, groups off
