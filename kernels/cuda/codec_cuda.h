@@ -30,7 +30,7 @@ struct DeviceBlocks {
 };
 
 struct DeviceChunk {
-  const uint8_t* data = nullptr;  // the encoded chunk (device memory)
+  const uint8_t* data = nullptr;  // the encoded chunk (device memory, any address)
   uint64_t bytes = 0;
   DeviceBlocks out;  // destination
   uint64_t out_capacity = 0;
@@ -42,7 +42,7 @@ struct EncodeChunk {
   uint8_t dtype = 1;   // codec::DType
   uint8_t channel_groups = 1;  // KV-aware mode when a layout is given
   uint32_t tokens = 0, heads = 0, head_dim = 0;  // layout hint (0: none)
-  uint8_t* out = nullptr;  // the chunk (device memory, >= 64 + bytes)
+  uint8_t* out = nullptr;                        // the chunk (device memory, any address, >= 64 + bytes)
   uint64_t out_capacity = 0;
   // 0: never STORED once coding has started, unless there is no raw plane
   // (split-send, where the raw plane may already be on the wire):
