@@ -454,9 +454,11 @@ __device__ __forceinline__ constexpr uint32_t StagedPieces() {
 
 // Starts copying the raw parts of a whole segment's staged pieces (at e0)
 // into the warp's raw stage rs with cp.async, one commit group, from the
-// 16-byte boundary at or before them (up to 16 bytes past their end: the
-// chunk's exponent section, more than that after the plane of a chunk
-// with a whole segment). *lead: where the first piece starts in rs.
+// 16-byte boundary at or before them to 6 bytes past them (JoinPiece's
+// aligned words), rounded up to 16: at most 21 bytes past their end, which a
+// chunk with a whole segment always holds (a table, the directory and a tile
+// of at least 128 bytes follow its plane). *lead: where the first piece
+// starts in rs.
 template <typename E>
 __device__ __forceinline__ void FetchRaw(const uint8_t* raw, uint64_t e0, uint8_t* rs, uint32_t* lead) {
   using R = RawPiece<E>;
