@@ -148,6 +148,12 @@ __device__ __forceinline__ uint32_t Ld32(const uint8_t* p) {
   return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 __device__ __forceinline__ uint32_t Ld16(const uint8_t* p) { return p[0] | (p[1] << 8); }
+// The n <= 4 bytes at p, little-endian, zero padded (no byte past them read).
+__device__ __forceinline__ uint32_t LdBytes(const uint8_t* p, uint32_t n) {
+  uint32_t v = 0;
+  for (uint32_t q = 0; q < n; ++q) v |= static_cast<uint32_t>(p[q]) << (8 * q);
+  return v;
+}
 __device__ __forceinline__ void St16(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v);
   p[1] = static_cast<uint8_t>(v >> 8);

@@ -42,7 +42,8 @@ struct EncodeChunk {
   uint8_t dtype = 1;   // codec::DType
   uint8_t channel_groups = 1;  // KV-aware mode when a layout is given
   uint32_t tokens = 0, heads = 0, head_dim = 0;  // layout hint (0: none)
-  uint8_t* out = nullptr;                        // the chunk (device memory, any address, >= 64 + bytes)
+  // The chunk: device memory, at any address, >= 64 + bytes.
+  uint8_t* out = nullptr;
   uint64_t out_capacity = 0;
   // 0: never STORED once coding has started, unless there is no raw plane
   // (split-send, where the raw plane may already be on the wire):

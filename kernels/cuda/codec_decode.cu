@@ -429,6 +429,26 @@ __device__ __forceinline__ uint64_t JoinWord(const uint8_t* raw, const uint8_t* 
   return w;
 }
 
+// Bit-packed values read from aligned words (raw parts of dtypes other than
+// bf16, RAW tiles' symbols): the aligned word at or before p (*sh: the bits
+// of it before p); words r shifted right by sh bits into v (LSB-first, one
+// word fewer); and value k of width W in v.
+__device__ __forceinline__ const uint32_t* AlignedWord(const void* p, uint32_t* sh) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  *sh = 8 * static_cast<uint32_t>(a & 3);
+  return reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+}
+template <uint32_t kWords>
+__device__ __forceinline__ void ShiftWords(const uint32_t* r, uint32_t sh, uint32_t* v) {
+#pragma unroll
+  for (uint32_t k = 0; k + 1 < kWords; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], sh);
+}
+template <uint32_t W>
+__device__ __forceinline__ uint32_t PackedValue(const uint32_t* v, uint32_t k) {
+  const uint32_t bit = k * W, q = bit / 32, b = bit % 32;
+  return (b + W > 32 ? __funnelshift_r(v[q], v[q + 1], b) : v[q] >> b) & ((1u << W) - 1);
+}
+
 // Dtypes other than bf16, in whole segments: lane t's i-th piece (16 bytes
 // of output at 16t + 512i, P = 16 / E::bytes elements) has its raw parts in
 // kBytes = P * W / 8 whole bytes of the plane (W = E::raw_bits), read as
@@ -439,9 +459,7 @@ struct RawPiece {
   static constexpr uint32_t P = 16 / E::bytes, W = E::raw_bits, kBytes = P * W / 8, kWords = (kBytes + 3) / 4 + 1;
   // The piece's first aligned word; *sh: the bits to shift out of it.
   __device__ __forceinline__ static const uint32_t* Words(const uint8_t* raw, uint64_t e0, uint32_t i, uint32_t* sh) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(raw + (e0 / P + threadIdx.x % 32 + 32 * i) * kBytes);
-    *sh = 8 * static_cast<uint32_t>(a & 3);
-    return reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+    return AlignedWord(raw + (e0 / P + threadIdx.x % 32 + 32 * i) * kBytes, sh);
   }
 };
 
@@ -482,19 +500,13 @@ __device__ __forceinline__ ulonglong2 JoinPiece(const uint8_t* raw, const uint8_
   uint32_t v[kWords] = {};                                  // the raw bits, LSB-first
   if constexpr (W > 0) {
     uint32_t sh;
-    const uint32_t* w;
-    if (rs != nullptr && i < StagedPieces<E>()) {
-      const uint32_t at = lead + (threadIdx.x % 32 + 32 * i) * R::kBytes;
-      sh = 8 * (at % 4);
-      w = reinterpret_cast<const uint32_t*>(rs + (at & ~3u));
-    } else {
-      w = R::Words(raw, e0, i, &sh);
-    }
+    const uint32_t* w = rs != nullptr && i < StagedPieces<E>()
+                            ? AlignedWord(rs + lead + (threadIdx.x % 32 + 32 * i) * R::kBytes, &sh)
+                            : R::Words(raw, e0, i, &sh);
     uint32_t r[kWords];
 #pragma unroll
     for (uint32_t k = 0; k < kWords; ++k) r[k] = w[k];
-#pragma unroll
-    for (uint32_t k = 0; k + 1 < kWords; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], sh);
+    ShiftWords<kWords>(r, sh, v);
   }
   uint32_t sy[P / 4];  // P symbols, byte k the k-th
 #pragma unroll
@@ -503,11 +515,7 @@ __device__ __forceinline__ ulonglong2 JoinPiece(const uint8_t* raw, const uint8_
 #pragma unroll
   for (uint32_t k = 0; k < P; ++k) {
     uint32_t r = 0;
-    if constexpr (W > 0) {
-      constexpr uint32_t kMask = (1u << W) - 1;
-      const uint32_t bit = k * W, q = bit / 32, b = bit % 32;
-      r = (b + W > 32 ? __funnelshift_r(v[q], v[q + 1], b) : v[q] >> b) & kMask;
-    }
+    if constexpr (W > 0) r = PackedValue<W>(v, k);
     const uint32_t e = E::Join((sy[k / 4] >> (8 * (k % 4))) & 0xff, r);
     o[k * E::bytes / 4] |= e << (8 * (k * E::bytes % 4));
   }
@@ -597,25 +605,15 @@ __device__ __forceinline__ void FetchShifted(const uint8_t* g, uint32_t b, uint3
     uint32_t r[5];
 #pragma unroll
     for (uint32_t k = 0; k < 5; ++k) r[k] = __ldg(w + k);
-#pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], 8);
+    ShiftWords<5>(r, 8, v);
   } else {  // the stream's end: byte by byte, zeros after it
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k) {
-      v[k] = 0;
-      for (uint32_t q = 0; q < 4; ++q) {
-        if (b + 4 * k + q < end) v[k] |= static_cast<uint32_t>(g[1 + 4 * k + q]) << (8 * q);
-      }
+      const uint32_t at = b + 4 * k;
+      v[k] = at < end ? LdBytes(g + 1 + 4 * k, min(4u, end - at)) : 0;
     }
   }
   *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
-}
-
-// The n < 4 bytes at src, zero padded, into the 4 at dst.
-__device__ __forceinline__ void StoreShortWord(const uint8_t* src, uint32_t n, uint16_t* dst) {
-  uint32_t v = 0;
-  for (uint32_t q = 0; q < n; ++q) v |= static_cast<uint32_t>(src[q]) << (8 * q);
-  *reinterpret_cast<uint32_t*>(dst) = v;
 }
 
 // One warp, one coded tile: 32 rANS lanes reading the word stream through the
@@ -666,7 +664,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
           if (at + 4 <= end || at >= end) {
             CpAsync4(dst + 2 * k, at < end ? base + at : base, at < end ? 4 : 0);
           } else {  // a last word short of 4 bytes (a chunk at an address 2 mod 4)
-            StoreShortWord(base + at, end - at, dst + 2 * k);
+            *reinterpret_cast<uint32_t*>(dst + 2 * k) = LdBytes(base + at, end - at);
           }
         }
       }
@@ -743,22 +741,16 @@ __device__ __forceinline__ void UnpackRawSymbols(const uint8_t* tile, uint32_t s
   for (uint32_t j = 0; j < kSeg / 256; ++j) {
     const uint32_t g = lane + 32 * j;  // the group within the segment
     if (e0 + 8 * g >= n) break;
-    const uintptr_t a = reinterpret_cast<uintptr_t>(tile + (e0 / 8 + g) * X);
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+    uint32_t sh;
+    const uint32_t* w = AlignedWord(tile + (e0 / 8 + g) * X, &sh);
     uint32_t sy[2] = {0, 0};  // symbol k in byte k
-    if (a - reinterpret_cast<uintptr_t>(tile) + 4 * kWords <= size + (a & 3)) {
-      const uint32_t sh = 8 * static_cast<uint32_t>(a & 3);
+    if (reinterpret_cast<const uint8_t*>(w + kWords) <= tile + size) {
       uint32_t r[kWords], v[kWords - 1];
 #pragma unroll
       for (uint32_t k = 0; k < kWords; ++k) r[k] = __ldg(w + k);
+      ShiftWords<kWords>(r, sh, v);
 #pragma unroll
-      for (uint32_t k = 0; k + 1 < kWords; ++k) v[k] = __funnelshift_r(r[k], r[k + 1], sh);
-#pragma unroll
-      for (uint32_t k = 0; k < 8; ++k) {
-        const uint32_t bit = k * X, q = bit / 32, b = bit % 32;
-        const uint32_t x = (b + X > 32 ? __funnelshift_r(v[q], v[q + 1], b) : v[q] >> b) & ((1u << X) - 1);
-        sy[k / 4] |= x << (8 * (k % 4));
-      }
+      for (uint32_t k = 0; k < 8; ++k) sy[k / 4] |= PackedValue<X>(v, k) << (8 * (k % 4));
     } else {
 #pragma unroll
       for (uint32_t k = 0; k < 8; ++k) sy[k / 4] |= Unpack(tile, e0 + 8 * g + k, X) << (8 * (k % 4));

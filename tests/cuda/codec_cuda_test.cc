@@ -87,6 +87,19 @@ void DecodeOnGpu(
   cudaFree(dstatus);
 }
 
+// Decodes b's chunks in one call (DecodeOnGpu); each must succeed and equal
+// its input.
+void ExpectDecodesBitExact(
+    const Batch& b, const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }) {
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs, misalign);
+  for (size_t k = 0; k < b.inputs.size(); ++k) {
+    EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
+  }
+}
+
 std::vector<uint8_t> EncodeCpu(const EncodeOptions& o, const std::vector<uint8_t>& in) {
   std::vector<uint8_t> out(MaxEncodedBytes(in.size()));
   auto n = Encode(o, in.data(), in.size(), out.data(), out.size());
@@ -115,13 +128,7 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   b.inputs.emplace_back(100000);
   for (auto& v : b.inputs.back()) v = static_cast<uint8_t>(rng());
   b.chunks.push_back(EncodeCpu(EncodeOptions{}, b.inputs.back()));
-  std::vector<int32_t> status;
-  std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs);
-  for (size_t k = 0; k < b.inputs.size(); ++k) {
-    EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
-    EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
-  }
+  ExpectDecodesBitExact(b);
 }
 
 // Either tile size, whichever an encoder picked: 1-byte elements in
@@ -147,13 +154,7 @@ TEST_F(CudaCodec, DecodesChunksOfEitherTileSize) {
       }
     }
   }
-  std::vector<int32_t> status;
-  std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs);
-  for (size_t k = 0; k < b.inputs.size(); ++k) {
-    EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
-    EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
-  }
+  ExpectDecodesBitExact(b);
 }
 
 // Chunks whose tiles are stored RAW (the plane taken for split-send, so
@@ -193,13 +194,8 @@ TEST_F(CudaCodec, DecodesRawTilesAtAnyAlignment) {
     }
   }
   for (uint32_t skew = 0; skew < 4; ++skew) {
-    std::vector<int32_t> status;
-    std::vector<std::vector<uint8_t>> outs;
-    DecodeOnGpu(b, &status, &outs, [skew](size_t k) { return static_cast<uint32_t>((k + skew) % 4); });
-    for (size_t k = 0; k < b.inputs.size(); ++k) {
-      EXPECT_EQ(status[k], 0) << "chunk " << k << " skew " << skew << ": " << cuda::ToStatus(status[k]);
-      EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " skew " << skew << " differs";
-    }
+    SCOPED_TRACE("skew " + std::to_string(skew));
+    ExpectDecodesBitExact(b, [skew](size_t k) { return static_cast<uint32_t>((k + skew) % 4); });
   }
 }
 
