@@ -56,18 +56,19 @@ __global__ void __launch_bounds__(1024)
   const DeviceChunk ch = chunks[c];
   ChunkState& s = ws.state[c];
   __shared__ int32_t err;
-  __shared__ uint64_t dir_off, tiles_start;
-  __shared__ uint64_t table_off[kMaxTables];
-  __shared__ uint32_t table_lo[kMaxTables], table_count[kMaxTables];
-  // The header comes in with one load a thread, not a chain of loads
-  // behind thread 0's checks (measured: the chain took ~2 us).
+  __shared__ uint64_t tables_at, dir_off, tiles_start;
+  __shared__ uint32_t window_bytes;
+  __shared__ uint32_t table_at[kMaxTables], table_lo[kMaxTables], table_count[kMaxTables];
+  // Parse is a chain of round trips to memory (the kernel takes as long as
+  // they do): the header, then the whole table section (at most kMaxTables
+  // tables of 4 + 512 bytes) in one load a thread, then the directory.
   __shared__ uint8_t header[kHeader];
+  __shared__ uint8_t window[kMaxTables * (4 + 2 * 256)];
   if (threadIdx.x < kHeader && ch.bytes >= kHeader) header[threadIdx.x] = ch.data[threadIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) {
     err = kOk;
     ws.sum[c] = 0;
-    const uint8_t* in = ch.data;
     const uint8_t* h = header;
     do {
       if (ch.bytes < kHeader || h[0] != 'K' || h[1] != 'V' || h[2] != 'Z' || h[3] != '1' ||
@@ -129,10 +130,9 @@ __global__ void __launch_bounds__(1024)
         err = kTooLarge;
         break;
       }
-      uint64_t off = kHeader;
-      s.raw_off = off;
-      off += raw_plane;
-      s.map_off = off;
+      s.raw_off = kHeader;
+      s.map_off = kHeader + raw_plane;
+      uint64_t off = s.map_off;
       if (s.flags & kGroups) {
         if (s.channels < 2 || s.channels > (1u << 20)) {
           err = kBadSection;
@@ -140,35 +140,12 @@ __global__ void __launch_bounds__(1024)
         }
         off += s.channels;
       }
-      for (uint32_t t = 0; t < s.tables && err == kOk; ++t) {
-        if (off + 4 > ch.bytes) {
-          err = kBadSection;
-          break;
-        }
-        table_lo[t] = Ld16(in + off);
-        table_count[t] = Ld16(in + off + 2);
-        table_off[t] = off + 4;
-        off += 4 + 2ull * table_count[t];
-        if (table_lo[t] + table_count[t] > (1u << s.exp_bits) || off > ch.bytes) err = kBadSection;
-      }
-      if (err != kOk) break;
-      if (off + 4ull * s.tiles > ch.bytes) {
+      if (off + 4 > ch.bytes) {
         err = kBadSection;
         break;
       }
-      const uint64_t dir = off;
-      off += 4ull * s.tiles;
-      const uint64_t pad = (4 - off % 4) % 4;  // zeros aligning tile 0 to 4 bytes
-      if (off + pad > ch.bytes) {
-        err = kBadSection;
-        break;
-      }
-      for (uint64_t k = 0; k < pad; ++k) {
-        if (in[off + k] != 0) err = kBadSection;
-      }
-      off += pad;
-      dir_off = dir;
-      tiles_start = off;
+      tables_at = off;
+      window_bytes = static_cast<uint32_t>(min(static_cast<uint64_t>(sizeof(window)), ch.bytes - off));
     } while (false);
   }
   __syncthreads();
@@ -178,49 +155,57 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  // Tile offsets: block-wide exclusive scans of the directory's sizes, 4
-  // consecutive entries a thread per round (their loads all in flight at
-  // once), the entries kept in registers.
+  const uint8_t* in = ch.data;
   {
-    uint64_t carry = tiles_start;
-    for (uint32_t base = 0; base < s.tiles; base += 4 * blockDim.x) {
-      const uint32_t t0 = base + 4 * threadIdx.x;
-      uint32_t e[4];
-      uint64_t mine = 0;
+    constexpr uint32_t kPerThread = (sizeof(window) + 1023) / 1024;
+    uint8_t v[kPerThread];
 #pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        e[q] = t0 + q < s.tiles ? Ld32(ch.data + dir_off + 4ull * (t0 + q)) : 0;
-        if (e[q] % 4 != 0) err = kBadSection;  // sizes are multiples of 4 (bit 31 is RAW)
-        mine += e[q] & ~kTileRaw;
-      }
-      uint64_t total = 0;
-      uint64_t off = carry + BlockExclusiveScan(mine, &total);
-#pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        if (t0 + q < s.tiles) {
-          ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t0 + q] = e[q];
-          ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t0 + q] = off;
-        }
-        off += e[q] & ~kTileRaw;
-      }
-      carry += total;
+    for (uint32_t q = 0; q < kPerThread; ++q) {
+      const uint32_t k = threadIdx.x + q * blockDim.x;
+      v[q] = k < window_bytes ? in[tables_at + k] : 0;
     }
-    if (threadIdx.x == 0 && carry != ch.bytes) err = kBadSection;  // tiles end at the chunk's end
-    __syncthreads();
-    if (err != kOk) {
-      if (threadIdx.x == 0) status[c] = err;
-      return;
+#pragma unroll
+    for (uint32_t q = 0; q < kPerThread; ++q) {
+      const uint32_t k = threadIdx.x + q * blockDim.x;
+      if (k < sizeof(window)) window[k] = v[q];
     }
   }
-  // Frequencies into shared memory; a warp per table turns them into
-  // cumulative sums (8 symbols a lane, then a warp scan).
-  const uint8_t* in = ch.data;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t off = 0;
+    for (uint32_t t = 0; t < s.tables; ++t) {
+      if (off + 4 > window_bytes) {
+        err = kBadSection;
+        break;
+      }
+      table_lo[t] = Ld16(window + off);
+      table_count[t] = Ld16(window + off + 2);
+      table_at[t] = off + 4;
+      off += 4 + 2 * table_count[t];
+      if (table_lo[t] + table_count[t] > (1u << s.exp_bits) || off > window_bytes) {
+        err = kBadSection;
+        break;
+      }
+    }
+    const uint64_t dir = tables_at + off;
+    const uint64_t end = dir + 4ull * s.tiles;
+    if (end + (4 - end % 4) % 4 > ch.bytes) err = kBadSection;
+    dir_off = dir;
+    tiles_start = end + (4 - end % 4) % 4;  // 0..3 zero bytes align tile 0 to 4
+  }
+  __syncthreads();
+  if (err != kOk) {
+    if (threadIdx.x == 0) status[c] = err;
+    return;
+  }
+  // Frequencies from the window; a warp per table turns them into cumulative
+  // sums (8 symbols a lane, then a warp scan).
   __shared__ uint16_t sfreq[kMaxTables][256];
   __shared__ uint16_t scum[kMaxTables][257];
   for (uint32_t k = threadIdx.x; k < s.tables * 256; k += blockDim.x) {
     const uint32_t t = k / 256, sym = k % 256;
     sfreq[t][sym] = (sym >= table_lo[t] && sym < table_lo[t] + table_count[t])
-                        ? static_cast<uint16_t>(Ld16(in + table_off[t] + 2 * (sym - table_lo[t])))
+                        ? static_cast<uint16_t>(Ld16(window + table_at[t] + 2 * (sym - table_lo[t])))
                         : 0;
   }
   __syncthreads();
@@ -239,6 +224,39 @@ __global__ void __launch_bounds__(1024)
       scum[t][256] = static_cast<uint16_t>(min(total, kM));
       if (total != kM && total != 0) err = kBadSection;
     }
+  }
+  // Tile offsets: block-wide exclusive scans of the directory's sizes, 4
+  // consecutive entries a thread per round (their loads, and the zero bytes
+  // after the directory, all in flight at once), the entries kept in
+  // registers.
+  {
+    const uint64_t pad_at = dir_off + 4ull * s.tiles;
+    const uint32_t pad = threadIdx.x == 0 ? LdBytes(in + pad_at, static_cast<uint32_t>(tiles_start - pad_at)) : 0;
+    uint64_t carry = tiles_start;
+    const uint32_t tiles = s.tiles;
+    for (uint32_t base = 0; base < tiles; base += 4 * blockDim.x) {
+      const uint32_t t0 = base + 4 * threadIdx.x;
+      uint32_t e[4];
+      uint64_t mine = 0;
+#pragma unroll
+      for (uint32_t q = 0; q < 4; ++q) {
+        e[q] = t0 + q < tiles ? Ld32(in + dir_off + 4ull * (t0 + q)) : 0;
+        if (e[q] % 4 != 0) err = kBadSection;  // sizes are multiples of 4 (bit 31 is RAW)
+        mine += e[q] & ~kTileRaw;
+      }
+      uint64_t total = 0;
+      uint64_t off = carry + BlockExclusiveScan(mine, &total);
+#pragma unroll
+      for (uint32_t q = 0; q < 4; ++q) {
+        if (t0 + q < tiles) {
+          ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t0 + q] = e[q];
+          ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t0 + q] = off;
+        }
+        off += e[q] & ~kTileRaw;
+      }
+      carry += total;
+    }
+    if (threadIdx.x == 0 && (carry != ch.bytes || pad != 0)) err = kBadSection;  // tiles end at the chunk's end
   }
   __syncthreads();
   // Every element's channel must map to an existing, non-empty table (an
