@@ -75,7 +75,11 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
   LetNextStart();
   const int c = blockIdx.x;
   const EncodeChunk ch = chunks[c];
-  ChunkPlan& p = ws.plan[c];
+  // The plan is built in shared memory and stored once: read back from the
+  // workspace, a field is loaded again after each store to it (measured on
+  // an H100: 5.0 -> 3.5 us for this kernel).
+  __shared__ alignas(16) uint8_t plan_bytes[sizeof(ChunkPlan)];
+  ChunkPlan& p = *reinterpret_cast<ChunkPlan*>(plan_bytes);
   __shared__ int32_t err;
   if (threadIdx.x == 0) {
     err = kOk;
@@ -112,6 +116,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
         break;
       }
     } while (false);
+    ws.plan[c] = p;
     status[c] = err;
   }
   __syncthreads();
@@ -591,20 +596,33 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   WaitForPrevious();
   LetNextStart();
   const int c = blockIdx.x;
-  if (status[c] != kOk) return;
-  ChunkPlan& p = ws.plan[c];
-  if (p.stored) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Plan is a chain of round trips to memory, so everything that depends on
+  // nothing else loads at once: the status, the chunk's plan (into shared
+  // memory, written back once: fields read back from the workspace would be
+  // loaded again after every store to it), the order-0 histogram, and the
+  // chunk's output (measured on an H100: 8.1 -> 7.6 us at 64 MiB).
+  __shared__ alignas(16) uint8_t plan_bytes[sizeof(ChunkPlan)];
+  ChunkPlan& p = *reinterpret_cast<ChunkPlan*>(plan_bytes);
+  const int32_t st = status[c];
+  if (threadIdx.x == 0) p = ws.plan[c];
+  uint64_t h0[8];
+  if (warp == 0) {
+    for (int k = 0; k < 8; ++k) h0[k] = ws.hist[c * 256ull + 8 * lane + k];
+  }
+  uint8_t* const out = chunks[c].out;
+  const uint64_t out_capacity = chunks[c].out_capacity;
+  const bool allow_stored = chunks[c].allow_stored;
+  __syncthreads();
+  if (st != kOk || p.stored) return;  // uniform for the block
   __shared__ uint32_t freq[31][256];  // 0: order-0; then 2 + 4 + 8 + 16 group tables
   __shared__ uint64_t cost[31];
   __shared__ uint32_t chosen_first, chosen_count, chosen_shift, stored;
   __shared__ uint64_t chosen_cost;
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (warp == 0) {  // the order-0 table
-    uint64_t h[8];
     uint32_t f[8];
-    for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
-    const uint64_t q = WarpNormalize(h, f, ws.log2q16);
+    const uint64_t q = WarpNormalize(h0, f, ws.log2q16);
     for (int k = 0; k < 8; ++k) freq[0][8 * lane + k] = f[k];
     if (lane == 0) cost[0] = q;
   }
@@ -677,11 +695,12 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
     // Like the CPU, code only when it can pay: side sections alone must leave
     // room (unless STORED is not allowed: split-send).
-    stored = p.tiles_off - kHeader >= p.bytes && (chunks[c].allow_stored || p.raw_plane == 0);
+    stored = p.tiles_off - kHeader >= p.bytes && (allow_stored || p.raw_plane == 0);
     if (stored) p.stored = 1;
+    ws.plan[c] = p;
     // Zeros between the directory and tile 0 (a STORED chunk overwrites them).
-    if (p.tiles_off <= chunks[c].out_capacity) {
-      for (uint64_t b = dir_end; b < p.tiles_off; ++b) chunks[c].out[b] = 0;
+    if (p.tiles_off <= out_capacity) {
+      for (uint64_t b = dir_end; b < p.tiles_off; ++b) out[b] = 0;
     }
     if (!stored && ws.estimate != nullptr) {
       ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
@@ -689,7 +708,6 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   }
   __syncthreads();
   if (stored) return;
-  uint8_t* out = chunks[c].out;
   if (G > 1) {
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) {
       const uint8_t m = ws.group16[c * 1ull * kMaxGroupedChannels + k] >> chosen_shift;
