@@ -47,8 +47,10 @@ struct Workspace {
 
 // One block per chunk: checks the header and sections, builds the decode
 // tables, and lays out the tiles. 1024 threads: the directory scan reads a few
-// tiles' entries per thread (a 64 MiB bf16 chunk has 4096 tiles).
-__global__ void __launch_bounds__(1024)
+// tiles' entries per thread (a 64 MiB bf16 chunk has 4096 tiles), and the
+// table section comes in at up to 9 bytes a thread.
+constexpr uint32_t kParseThreads = 1024;
+__global__ void __launch_bounds__(kParseThreads)
     ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
   WaitForPrevious();
   LetNextStart();
@@ -157,16 +159,16 @@ __global__ void __launch_bounds__(1024)
   }
   const uint8_t* in = ch.data;
   {
-    constexpr uint32_t kPerThread = (sizeof(window) + 1023) / 1024;
+    constexpr uint32_t kPerThread = (sizeof(window) + kParseThreads - 1) / kParseThreads;
     uint8_t v[kPerThread];
 #pragma unroll
     for (uint32_t q = 0; q < kPerThread; ++q) {
-      const uint32_t k = threadIdx.x + q * blockDim.x;
+      const uint32_t k = threadIdx.x + q * kParseThreads;
       v[q] = k < window_bytes ? in[tables_at + k] : 0;
     }
 #pragma unroll
     for (uint32_t q = 0; q < kPerThread; ++q) {
-      const uint32_t k = threadIdx.x + q * blockDim.x;
+      const uint32_t k = threadIdx.x + q * kParseThreads;
       if (k < sizeof(window)) window[k] = v[q];
     }
   }
@@ -982,7 +984,7 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.tile_entry = reinterpret_cast<uint32_t*>(p);
   p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
-  cudaError_t e = Launch(ParseKernel, count, 1024, 0, stream, chunks, status, ws, max_tiles_);
+  cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {
     const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
     e = Launch(DecodeKernel, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
