@@ -191,9 +191,10 @@ __global__ void __launch_bounds__(kParseThreads)
     }
     const uint64_t dir = tables_at + off;
     const uint64_t end = dir + 4ull * s.tiles;
-    if (end + (4 - end % 4) % 4 > ch.bytes) err = kBadSection;
+    const uint64_t start = end + (4 - end % 4) % 4;  // 0..3 zero bytes align tile 0 to 4
+    if (start > ch.bytes) err = kBadSection;
     dir_off = dir;
-    tiles_start = end + (4 - end % 4) % 4;  // 0..3 zero bytes align tile 0 to 4
+    tiles_start = start;
   }
   __syncthreads();
   if (err != kOk) {
