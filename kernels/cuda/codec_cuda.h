@@ -69,7 +69,7 @@ enum DecodeStatus : int32_t {
   kTooLarge = 2,  // more elements or tiles than the decoder was sized for
   kOutputTooSmall = 3,
   kBadSection = 4,  // tables, map, directory or sizes inconsistent
-  kBadTile = 5,     // rANS stream or raw tile inconsistent
+  kBadTile = 5,     // a tile out of place, its rANS stream or raw bits inconsistent
   kChecksum = 6,    // decoded bytes do not match the header's kvsum64
   kBadInput = 7,    // encoder: bad dtype, size, capacity, layout or block list
 };

@@ -30,7 +30,7 @@ struct GroupTables {
 
 struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
-  uint64_t raw_off, map_off;
+  uint64_t raw_off, map_off, dir_off, tiles_start, bytes;
   uint32_t tile_log2, tiles, tables, flags;
   uint32_t dtype, elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
   Addr out;
@@ -40,15 +40,13 @@ struct Workspace {
   ChunkState* state;
   SlotTable* tables;        // [max_chunks]: one-table chunks
   GroupTables* groups;      // [max_chunks]: grouped chunks
-  uint64_t* tile_off;       // [max_chunks][max_tiles]: byte offset of each tile
-  uint32_t* tile_entry;     // [max_chunks][max_tiles]: directory entries
   unsigned long long* sum;  // [max_chunks]
 };
 
-// One block per chunk: checks the header and sections, builds the decode
-// tables, and lays out the tiles. 1024 threads: the directory scan reads a few
-// tiles' entries per thread (a 64 MiB bf16 chunk has 4096 tiles), and the
-// table section comes in at up to 9 bytes a thread.
+// One block per chunk: checks the header and sections and builds the decode
+// tables; it finds the tile directory, which each Decode block sums up to its
+// own tiles (SumDirectory). 1024 threads: the table section comes in at up
+// to 9 bytes a thread, the slot table is built 4 slots a thread.
 constexpr uint32_t kParseThreads = 1024;
 __global__ void __launch_bounds__(kParseThreads)
     ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
@@ -228,38 +226,14 @@ __global__ void __launch_bounds__(kParseThreads)
       if (total != kM && total != 0) err = kBadSection;
     }
   }
-  // Tile offsets: block-wide exclusive scans of the directory's sizes, 4
-  // consecutive entries a thread per round (their loads, and the zero bytes
-  // after the directory, all in flight at once), the entries kept in
-  // registers.
-  {
+  // The directory itself is summed by the Decode blocks, each before its
+  // own tiles; here only the zero bytes after it.
+  if (threadIdx.x == 0) {
     const uint64_t pad_at = dir_off + 4ull * s.tiles;
-    const uint32_t pad = threadIdx.x == 0 ? LdBytes(in + pad_at, static_cast<uint32_t>(tiles_start - pad_at)) : 0;
-    uint64_t carry = tiles_start;
-    const uint32_t tiles = s.tiles;
-    for (uint32_t base = 0; base < tiles; base += 4 * blockDim.x) {
-      const uint32_t t0 = base + 4 * threadIdx.x;
-      uint32_t e[4];
-      uint64_t mine = 0;
-#pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        e[q] = t0 + q < tiles ? Ld32(in + dir_off + 4ull * (t0 + q)) : 0;
-        if (e[q] % 4 != 0) err = kBadSection;  // sizes are multiples of 4 (bit 31 is RAW)
-        mine += e[q] & ~kTileRaw;
-      }
-      uint64_t total = 0;
-      uint64_t off = carry + BlockExclusiveScan(mine, &total);
-#pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        if (t0 + q < tiles) {
-          ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t0 + q] = e[q];
-          ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t0 + q] = off;
-        }
-        off += e[q] & ~kTileRaw;
-      }
-      carry += total;
-    }
-    if (threadIdx.x == 0 && (carry != ch.bytes || pad != 0)) err = kBadSection;  // tiles end at the chunk's end
+    if (LdBytes(in + pad_at, static_cast<uint32_t>(tiles_start - pad_at)) != 0) err = kBadSection;
+    s.dir_off = dir_off;
+    s.tiles_start = tiles_start;
+    s.bytes = ch.bytes;
   }
   __syncthreads();
   // Every element's channel must map to an existing, non-empty table (an
@@ -352,6 +326,8 @@ struct DecodeShared {
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
   alignas(16) uint8_t raw[kWarpsPerBlock][kRawStage];  // dtypes other than bf16: a segment's raw parts (FetchRaw)
+  uint64_t dir_low[kWarpsPerBlock];  // SumDirectory: sizes of the tiles before the block's, a part per warp
+  uint32_t dir_own[kWarpsPerBlock];  // and the block's own directory entries
 };
 
 // Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, or
@@ -780,17 +756,24 @@ __device__ __forceinline__ void UnpackRawSymbols(const uint8_t* tile, uint32_t s
   }
 }
 
-// Warp `warp` decodes tile t of chunk c (RAW or coded) into the output.
+// Warp `warp` decodes tile t of chunk c (RAW or coded; its directory entry,
+// at byte tile_off of the chunk) into the output.
 template <typename E>
 __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* in, const Workspace& ws, int c,
-                                           uint32_t t, uint32_t max_tiles, DecodeShared& sh) {
+                                           uint32_t t, DecodeShared& sh) {
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The tile's place (SumDirectory's sums), checked: a size is a multiple
+  // of 4 within the chunk, and the last tile ends where the chunk does.
+  uint64_t tile_off = s.tiles_start;
+  for (uint32_t w = 0; w < blockDim.x / 32; ++w) tile_off += sh.dir_low[w];
+  for (uint32_t w = 0; w < warp; ++w) tile_off += sh.dir_own[w] & ~kTileRaw;
+  const uint32_t entry = sh.dir_own[warp];
+  const uint32_t size = entry & ~kTileRaw;
+  if (entry % 4 != 0 || tile_off + size > s.bytes || (t + 1 == s.tiles && tile_off + size != s.bytes)) return true;
   unsigned long long* gsum = &ws.sum[c];
   const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
   const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
-  const uint32_t entry = ws.tile_entry[static_cast<uint64_t>(c) * max_tiles + t];
-  const uint32_t size = entry & ~kTileRaw;
-  const uint8_t* tile = in + ws.tile_off[static_cast<uint64_t>(c) * max_tiles + t];
+  const uint8_t* tile = in + tile_off;
   const uint8_t* raw = in + s.raw_off;
   uint8_t* st = sh.stage[warp];
   const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
@@ -844,13 +827,33 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
 // its registers do not crowd the bf16 path's (it reads the chunk's state
 // from memory).
 __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8_t* in, const Workspace ws, int c,
-                                                uint32_t t, uint32_t max_tiles, DecodeShared* sh) {
+                                                uint32_t t, DecodeShared* sh) {
   bool bad = true;
   WithElem(s->dtype, [&](auto e) {
     using E = decltype(e);
-    if constexpr (!kIsBf16<E>) bad = DecodeTile<E>(*s, in, ws, c, t, max_tiles, *sh);
+    if constexpr (!kIsBf16<E>) bad = DecodeTile<E>(*s, in, ws, c, t, *sh);
   });
   return bad;
+}
+
+// The block's tiles [t0, t0 + warps) start after the sizes of tiles [0, t0)
+// (Parse checked that the directory lies inside the chunk): every thread sums
+// its share of those entries, loads in flight together; each warp's part goes
+// to low[warp], the block's own entries to own[] (0 past the last tile).
+// Measured on an H100 (64 MiB): Parse 13.2 -> 8.3 us, Decode 64.9 -> 66.0 us,
+// against Parse scanning the whole directory into per-tile offsets.
+__device__ __forceinline__ void SumDirectory(const uint8_t* dir, uint32_t tiles, uint32_t t0, uint32_t warps,
+                                             uint64_t* low, uint32_t* own) {
+  const bool aligned = reinterpret_cast<uintptr_t>(dir) % 4 == 0;
+  auto entry = [&](uint32_t k) {
+    return aligned ? __ldg(reinterpret_cast<const uint32_t*>(dir) + k) : Ld32(dir + 4ull * k);
+  };
+  uint64_t sum = 0;
+#pragma unroll 4
+  for (uint32_t k = threadIdx.x; k < t0; k += blockDim.x) sum += entry(k) & ~kTileRaw;
+  sum = WarpSum(sum);
+  if (threadIdx.x % 32 == 0) low[threadIdx.x / 32] = sum;
+  if (threadIdx.x < warps) own[threadIdx.x] = t0 + threadIdx.x < tiles ? entry(t0 + threadIdx.x) : 0;
 }
 
 // WarpsPerTileBlock warps per block (8, or fewer for a call with few tiles),
@@ -859,18 +862,21 @@ __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8
 // (FinishKernel compares the sum). A single-table chunk keeps its
 // slot table in shared memory, a grouped chunk its compact tables.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
+// Before Parse is done the block computes the checksum's position keys.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
-    DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
-  WaitForPrevious();
+    DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws) {
   extern __shared__ uint8_t smem_raw[];
   DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem_raw);
   const int c = blockIdx.y;
+  const uint32_t warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kWarpsPerBlock
+  const uint32_t t0 = blockIdx.x * warps;
+  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
+  WaitForPrevious();
   if (status[c] != kOk) return;  // uniform for the block
   const ChunkState s = ws.state[c];
-  const uint32_t warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kWarpsPerBlock
-  if (blockIdx.x * warps >= s.tiles) return;
-  const DeviceChunk ch = chunks[c];
-  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
+  if (t0 >= s.tiles) return;
+  const uint8_t* in = chunks[c].data;
+  if (!(s.flags & kStored)) SumDirectory(in + s.dir_off, s.tiles, t0, warps, sh.dir_low, sh.dir_own);
   // The tables into shared memory, 16 bytes at a time.
   auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
     BlockCopy4(
@@ -884,10 +890,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
            sizeof(GroupTables) / 16);
   }
   __syncthreads();
-  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t t = blockIdx.x * warps + warp;
+  const uint32_t lane = threadIdx.x % 32, t = t0 + threadIdx.x / 32;
   if (t >= s.tiles) return;
-  const uint8_t* in = ch.data;
   unsigned long long* gsum = &ws.sum[c];
   if (s.flags & kStored) {  // bytes [t * kMaxTile, ...) of the payload, 4 KiB blocks
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(s.orig_bytes, b0 + kMaxTile);
@@ -910,8 +914,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     }
     return;
   }
-  const bool bad = s.dtype == kBf16Dtype ? DecodeTile<Bf16>(s, in, ws, c, t, max_tiles, sh)
-                                         : DecodeTileAnyDtype(&ws.state[c], in, ws, c, t, max_tiles, &sh);
+  const bool bad = s.dtype == kBf16Dtype ? DecodeTile<Bf16>(s, in, ws, c, t, sh)
+                                         : DecodeTileAnyDtype(&ws.state[c], in, ws, c, t, &sh);
   if (bad && lane == 0) atomicMax(&status[c], static_cast<int32_t>(kBadTile));
 }
 
@@ -948,8 +952,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
   d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) +
-                         n * d->max_tiles_ * (sizeof(uint64_t) + sizeof(uint32_t)) + n * 8 + 256;
+  const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * 8 + 256;
   if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess) {
     return absl::InternalError("cannot give the decode kernel its shared memory");
@@ -980,16 +983,12 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   p = align(p + n * sizeof(SlotTable));
   ws.groups = reinterpret_cast<GroupTables*>(p);
   p = align(p + n * sizeof(GroupTables));
-  ws.tile_off = reinterpret_cast<uint64_t*>(p);
-  p = align(p + n * max_tiles_ * sizeof(uint64_t));
-  ws.tile_entry = reinterpret_cast<uint32_t*>(p);
-  p = align(p + n * max_tiles_ * sizeof(uint32_t));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
   cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {
     const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
     e = Launch(DecodeKernel, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
-               chunks, status, ws, max_tiles_);
+               chunks, status, ws);
   }
   if (e == cudaSuccess) e = Launch(FinishKernel, (count + 127) / 128, 128, 0, stream, status, ws, count);
   if (e != cudaSuccess) return e;
