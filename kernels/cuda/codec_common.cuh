@@ -273,29 +273,6 @@ __device__ __forceinline__ T WarpInclusiveScan(T v) {
   return v;
 }
 
-// Exclusive prefix sum of v over the calling block (all threads call it;
-// blockDim.x a multiple of 32, at most 1024). *total gets the block's sum.
-template <typename T>
-__device__ T BlockExclusiveScan(T v, T* total) {
-  __shared__ T warp_excl[32];
-  __shared__ T block_total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const T incl = WarpInclusiveScan(v);
-  if (lane == 31) warp_excl[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const T w = lane < warps ? warp_excl[lane] : T{0};
-    const T wi = WarpInclusiveScan(w);
-    if (lane < warps) warp_excl[lane] = wi - w;
-    if (lane == 31) block_total = wi;
-  }
-  __syncthreads();
-  const T result = warp_excl[warp] + incl - v;
-  *total = block_total;
-  __syncthreads();  // the shared words may be reused by the next call
-  return result;
-}
-
 template <typename T>
 __device__ __forceinline__ T WarpSum(T v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
