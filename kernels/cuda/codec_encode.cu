@@ -754,23 +754,37 @@ __device__ __forceinline__ uint4 StepEntry(uint2 e) {
 
 // One rANS step of a lane: emits a word (ballot-compacted into the stream,
 // which is written backwards from words_end) and folds symbol entry `e`
-// (StepEntry) into x.
+// (StepEntry) into x. Written for a short chain from x to the next x (the
+// latency of a 4 MiB call's Tiles is 256 of these chains one after another):
+// compare, shift, umulhi, multiply-add, compare, select.
 __device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t lt, uint16_t* words_end, uint32_t& x,
                                            uint32_t& emitted) {
   const uint32_t f = e.y;
-  const bool need = active && (x >> (32 - kProbBits)) >= f;
+  // x >> 20 >= f as one compare of x: x > (f << 20) - 1, which for f = M
+  // wraps to 2^32 - 1 (never), as x >> 20 < M.
+  const uint32_t bound = f * (1u << (32 - kProbBits)) - 1u;
+  const bool need = active && x > bound;
   const unsigned mask = __ballot_sync(0xffffffffu, need);
   const uint32_t k = __popc(mask);
+  // The word from a register of its own: the shift below then need not
+  // wait for the store to read x.
+  uint32_t word;
+  asm("and.b32 %0, %1, 0xffff;" : "=r"(word) : "r"(x));
   if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
-      static_cast<uint16_t>(x);
+      static_cast<uint16_t>(word);
   emitted += k;
   // x = (v / f) * M + v % f + cum = v + q * (M - f) + cum with q = v / f,
   // which umulhi(v, rcp) gives or is one short of ((q + 1) f <= v + f < 2^32:
-  // v < f << 20 after the renormalisation).
+  // v < f << 20 after the renormalisation). Both results are formed while
+  // the correction is decided.
   const uint32_t v = need ? x >> 16 : x;
-  uint32_t q = __umulhi(v, e.x);
-  if (v >= q * f + f) ++q;
-  if (active) x = v + q * e.z + e.w;
+  const uint32_t q = __umulhi(v, e.x);
+  // x0 and x1 as two multiply-adds (in PTX, so that x1 is not rewritten
+  // as x0 plus a selected term, which puts the add back on the chain).
+  uint32_t x0, x1;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x0) : "r"(q), "r"(e.z), "r"(v + e.w));
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x1) : "r"(q), "r"(e.z), "r"(v + e.w + e.z));
+  if (active) x = v >= q * f + f ? x1 : x0;
 }
 
 __device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t tile, uint32_t size) {
