@@ -12,8 +12,10 @@
 namespace kvferry::codec::cuda {
 namespace {
 
-// Decode table entry per slot: symbol | (freq - 1) << 8 | (slot - cum) << 20.
-// One shared-memory load gives everything a rANS step needs.
+// Decode table entry per slot: (freq - 1) | symbol << 12 | (slot - cum) << 20.
+// One shared-memory load gives everything a rANS step needs, and the next
+// state is two instructions after it: freq - 1 is one AND, and
+// (x >> 12) + (slot - cum) one LEA.HI, beside it, then one multiply-add.
 using SlotTable = uint32_t[kM];
 
 // A grouped chunk's tables, compact enough for shared memory (16 tables in
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kParseThreads)
     for (uint32_t q = 0; q < 4; ++q) {
       const uint32_t slot = slot0 + q;
       while (sym < 255 && scum[0][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
-      v[q] = sym | (static_cast<uint32_t>(sfreq[0][sym]) - 1) << 8 | (slot - scum[0][sym]) << 20;
+      v[q] = (static_cast<uint32_t>(sfreq[0][sym]) - 1) | sym << 12 | (slot - scum[0][sym]) << 20;
     }
     *reinterpret_cast<uint4*>(ws.tables[c] + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
   }
@@ -794,8 +796,9 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     const uint32_t* table = sh.table;
     auto lookup = [table](uint32_t, uint32_t x, uint32_t* sym) {
       const uint32_t e = table[x & (kM - 1)];
-      *sym = e & 0xff;
-      return (((e >> 8) & 0xfff) + 1) * (x >> kProbBits) + (e >> 20);
+      *sym = (e >> 12) & 0xff;
+      const uint32_t xs = x >> kProbBits;
+      return (e & 0xfff) * xs + (xs + (e >> 20));  // freq (x >> 12) + slot - cum
     };
     if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
       return DecodeCodedTile<E, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
