@@ -421,38 +421,46 @@ TEST_F(CudaCodec, EncoderWritesTheCpuBytesAtAnyOutputAddress) {
       }
     }
   }
-  std::vector<int32_t> status;
-  std::vector<std::vector<uint8_t>> gpu;
-  EncodeOnGpu(cases, &status, &gpu);
-  for (size_t k = 0; k < cases.size(); ++k) {
-    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
-    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
-    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", skew "
-                               << cases[k].out_skew << "): " << FirstDifference(gpu[k], cpu);
+  for (bool groups_call : {true, false}) {
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu(cases, &status, &gpu, nullptr, groups_call);
+    for (size_t k = 0; k < cases.size(); ++k) {
+      ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " (" << DTypeName(cases[k].options.dtype) << ", skew "
+                                 << cases[k].out_skew << ", groups call " << groups_call
+                                 << "): " << FirstDifference(gpu[k], cpu);
+    }
   }
 }
 
 // Calls from a few hundred to a few thousand tiles (one to several waves of
 // Place's blocks on an H100), each with a coded chunk and a STORED one
-// (random bytes, which Place copies instead of tiles).
+// (random bytes, which Place copies instead of tiles); calls that may group
+// channels (a Plan kernel) and calls that may not (the last Split block of
+// each chunk plans it).
 TEST_F(CudaCodec, EncoderMatchesTheCpuInCallsOfEveryTileCount) {
   std::mt19937 rng(5);
-  for (size_t bytes : {(size_t{3} << 20) + 6, size_t{12} << 20, size_t{24} << 20, (size_t{48} << 20) + 2}) {
-    std::vector<EncodeCase> cases(2);
-    cases[0].input = KvLike(DType::kBF16, bytes / 2, 128, static_cast<uint32_t>(bytes));
-    cases[1].input.resize(bytes);
-    for (auto& v : cases[1].input) v = static_cast<uint8_t>(rng());
-    std::vector<int32_t> status;
-    std::vector<std::vector<uint8_t>> gpu;
-    EncodeOnGpu(cases, &status, &gpu);
-    for (size_t k = 0; k < cases.size(); ++k) {
-      ASSERT_EQ(status[k], 0) << bytes << " bytes, case " << k << ": " << cuda::ToStatus(status[k]);
-      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
-      EXPECT_TRUE(gpu[k] == cpu) << bytes << " bytes, case " << k << ": " << FirstDifference(gpu[k], cpu);
+  for (bool groups_call : {true, false}) {
+    for (size_t bytes : {(size_t{3} << 20) + 6, size_t{12} << 20, size_t{24} << 20, (size_t{48} << 20) + 2}) {
+      std::vector<EncodeCase> cases(2);
+      cases[0].input = KvLike(DType::kBF16, bytes / 2, 128, static_cast<uint32_t>(bytes));
+      cases[1].input.resize(bytes);
+      for (auto& v : cases[1].input) v = static_cast<uint8_t>(rng());
+      std::vector<int32_t> status;
+      std::vector<std::vector<uint8_t>> gpu;
+      EncodeOnGpu(cases, &status, &gpu, nullptr, groups_call);
+      for (size_t k = 0; k < cases.size(); ++k) {
+        ASSERT_EQ(status[k], 0) << bytes << " bytes, case " << k << ": " << cuda::ToStatus(status[k]);
+        const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+        EXPECT_TRUE(gpu[k] == cpu) << bytes << " bytes, case " << k << ", groups call " << groups_call << ": "
+                                   << FirstDifference(gpu[k], cpu);
+      }
+      auto info = Inspect(gpu[1].data(), gpu[1].size());
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_TRUE(info->stored);
     }
-    auto info = Inspect(gpu[1].data(), gpu[1].size());
-    ASSERT_TRUE(info.ok()) << info.status();
-    EXPECT_TRUE(info->stored);
   }
 }
 
