@@ -57,7 +57,6 @@ struct Workspace {
   uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
   uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
   uint32_t* enc;               // [chunks][16][256] freq | cum << 16
-  uint32_t* rcp;               // [chunks][16][256] floor((2^32 - 1) / freq)
   uint32_t* entry;             // [chunks][max_tiles] directory entries
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
   unsigned long long* tsum;    // [chunks][kTsumSlots(max_tiles)]: [0] all tiles' sizes, [1 + g] tiles 64 g ..
@@ -735,7 +734,6 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     for (int k = 0; k < 8; ++k) {
       const uint64_t at = (c * 16ull + t) * 256 + 8 * lane + k;
       ws.enc[at] = f[k] | cum << 16;
-      ws.rcp[at] = f[k] == 0 ? 0 : 0xffffffffu / f[k];
       cum += f[k];
     }
   }
@@ -833,9 +831,13 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   __shared__ uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
   const bool groups = p.tables > 1;
+  // Each entry's reciprocal is formed here, a division a thread, rather
+  // than by the single Plan block, where 8 divisions a lane sat on its path.
   BlockCopy4(
-      p.tables * 256, [&](uint32_t i) { return make_uint2(ws.enc[c * 4096ull + i], ws.rcp[c * 4096ull + i]); },
-      [&](uint32_t i, const uint2& v) {
+      p.tables * 256, [&](uint32_t i) { return ws.enc[c * 4096ull + i]; },
+      [&](uint32_t i, uint32_t e) {
+        const uint32_t f = e & 0xffff;
+        const uint2 v = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
         if (groups) {
           enc[i] = v;
         } else {
@@ -1058,7 +1060,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kMaxTile;  // >= elements of any dtype, whole tiles
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
-                              2 * kMaxGroupedChannels + 2 * 4096 * 4) +
+                              2 * kMaxGroupedChannels + 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch)) +
                          n * TsumSlots(e->max_tiles_) * 8ull;
   if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
@@ -1110,7 +1112,6 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.group16 = take(n * kMaxGroupedChannels);
   ws.map = take(n * kMaxGroupedChannels);
   ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
-  ws.rcp = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
   ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
   ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
   ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
