@@ -438,8 +438,7 @@ TEST_F(CudaCodec, EncoderWritesTheCpuBytesAtAnyOutputAddress) {
 // Calls from a few hundred to a few thousand tiles (one to several waves of
 // Place's blocks on an H100), each with a coded chunk and a STORED one
 // (random bytes, which Place copies instead of tiles); calls that may group
-// channels (a Plan kernel) and calls that may not (the last Split block of
-// each chunk plans it).
+// channels (Rank and Hist16 run before Plan) and calls that may not.
 TEST_F(CudaCodec, EncoderMatchesTheCpuInCallsOfEveryTileCount) {
   std::mt19937 rng(5);
   for (bool groups_call : {true, false}) {
