@@ -365,10 +365,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
 
 // Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
 // Returns the directory entry.
+// `unseen`: the table may lack symbols of the tile (a sampled table); a tile
+// with such a symbol is RAW.
 uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint8_t* table_of, uint32_t exp_bits,
-                    const std::vector<Table>& tables, const std::vector<uint32_t>& enc, std::vector<uint8_t>* out) {
+                    const std::vector<Table>& tables, const std::vector<uint32_t>& enc, bool unseen,
+                    std::vector<uint8_t>* out) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
   const uint64_t raw_bytes = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+  auto raw_tile = [&] {
+    out->assign(raw_bytes, 0);
+    Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
+    return static_cast<uint32_t>(raw_bytes) | kTileRaw;
+  };
+  if (unseen) {  // order-0 only (sampled tables)
+    uint32_t missing = 0;
+    for (uint64_t i = begin; i < end; ++i) missing |= tables[0].freq[sym[i]] == 0;
+    if (missing != 0) return raw_tile();
+  }
   uint32_t x[kLanes];
   for (auto& v : x) v = kL;
   // At most one word per symbol; the stream is written from the end backwards.
@@ -419,11 +432,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   }
   const size_t nwords = static_cast<size_t>(words_end - pos);
   const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};
-  if (coded >= raw_bytes) {
-    out->assign(raw_bytes, 0);
-    Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
-    return static_cast<uint32_t>(raw_bytes) | kTileRaw;
-  }
+  if (coded >= raw_bytes) return raw_tile();
   out->assign(coded, 0);
   uint8_t* p = out->data();
   for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
@@ -546,8 +555,7 @@ struct Grouping {
   uint64_t TotalQ16() const { return cost_q16 + (uint64_t{side_bytes} << 19); }  // 8 bits/byte in Q16
 };
 
-Grouping Order0(absl::Span<const uint8_t> sym) {
-  uint64_t part[4][256] = {};
+void CountSymbols(absl::Span<const uint8_t> sym, uint64_t part[4][256]) {
   const size_t n = sym.size();
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -557,12 +565,27 @@ Grouping Order0(absl::Span<const uint8_t> sym) {
     ++part[3][sym[i + 3]];
   }
   for (; i < n; ++i) ++part[0][sym[i]];
+}
+
+// The order-0 table of the chunk's symbols, or, when `block` is not 0, of
+// its sample (plan::Sampled): elements [k block, (k + 1) block) for k a
+// multiple of plan::kSampleStride. A sampled cost is scaled by the stride
+// (an estimate, as split-send's EstimatedChunkBytes is).
+Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
+  uint64_t part[4][256] = {};
+  if (block == 0) {
+    CountSymbols(sym, part);
+  } else {
+    for (uint64_t e = 0; e < sym.size(); e += block * plan::kSampleStride) {
+      CountSymbols(sym.subspan(e, std::min<uint64_t>(block, sym.size() - e)), part);
+    }
+  }
   uint64_t hist[256];
   for (int s = 0; s < 256; ++s) hist[s] = part[0][s] + part[1][s] + part[2][s] + part[3][s];
   Grouping g;
   g.tables.push_back(Normalize(hist));
   g.side_bytes = TableBytes(g.tables[0]);
-  g.cost_q16 = CostQ16(hist, g.tables[0]);
+  g.cost_q16 = CostQ16(hist, g.tables[0]) * (block == 0 ? 1 : plan::kSampleStride);
   return g;
 }
 
@@ -769,8 +792,11 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
-  Grouping best = Order0({sym, n});
-  if (o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels) {
+  // Large chunks without channel groups: order-0 from a sample.
+  const bool grouping = o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
+  const bool sampled = plan::Sampled(n, grouping);
+  Grouping best = Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
+  if (grouping) {
     const ChannelStats stats({sym, n}, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
       if (g > channels) break;
@@ -802,7 +828,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
     dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of, sp.info.exp_bits, best.tables,
-                        enc, &tile_bytes[t]);
+                        enc, sampled, &tile_bytes[t]);
   });
 
   // 4. Assemble, or store when coding does not pay.

@@ -55,6 +55,27 @@ struct ElemT {
   }
 };
 
+// Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, or
+// 4 bytes (zeros when !valid); no register waits on them.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, uint32_t bytes) {  // 4 or 0 (zeros)
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+using Bf16 = ElemT<2, 8, 7, false>;
+constexpr uint32_t kBf16Dtype = 1;  // WithElem's code for Bf16
+template <typename E>
+constexpr bool kIsBf16 = E::bytes == 2 && E::raw_bits == 8;
+
 // Returns false for an unknown dtype (f is not called).
 template <typename F>
 __device__ __forceinline__ bool WithElem(uint32_t dtype, F&& f) {

@@ -43,6 +43,13 @@ struct ChunkPlan {
   uint32_t tile_log2, tiles;      // symbols per tile (log2), tiles
   uint32_t tables, shift;         // tables chosen; group = group16 >> shift
   uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
+  // sampled: the order-0 table comes from every 16th 4 KiB block
+  // (plan::Sampled). fused: a sampled bf16 chunk of whole 4 KiB blocks, whose
+  // Tiles warps also write the raw plane and sum the checksum (Split only
+  // counts the sample's symbols): one pass over the input. Not with a split
+  // point, whose raw plane must be final before Tiles.
+  uint32_t sampled, fused;
+  uint8_t* out;                   // the chunk
   uint64_t tables_bytes;          // map + tables, written by Plan
   uint64_t dir_off, tiles_off;    // chunk offsets of the directory and tile 0
 };
@@ -115,6 +122,10 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.stored = p.n == 0 || p.raw_plane >= p.bytes;
       p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
                    p.n >= p.channels;
+      p.sampled = !p.stored && plan::Sampled(p.n, p.grouping);
+      p.fused = p.sampled && ch.dtype == kBf16Dtype && p.bytes % checksum::kBlockBytes == 0 &&
+                reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
+      p.out = ch.out;
       if (p.grouping && !ws.groups) {  // the call said no chunk would group channels
         err = kBadInput;
         break;
@@ -157,7 +168,7 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 // the input is one buffer, not a block list.
 template <typename E, bool kWhole, bool kContig>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
-                                          const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
+                                          bool count_symbols, const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
                                           kvferry::cuda::Kvsum64Pairs* sum) {
   constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
   const uint32_t lane = threadIdx.x % 32;
@@ -222,7 +233,7 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
         const uint32_t v = in ? PieceElement<E>(q, k) : 0;
         if (in) {
           const uint32_t sy = E::Symbol(v);
-          atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+          if (count_symbols) atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
           if (!kWhole && p.grouping) {
             atomicAdd(&chsum[chn], sy);
             if (++chn == C) chn = 0;
@@ -290,7 +301,9 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
 //     per lane (hist[s / 2][lane]): no two lanes of a warp touch the same word
 //     or bank;
 //   - KV-aware mode: per-channel symbol sums.
-// STORED chunks need only the checksum.
+// STORED chunks need only the checksum. Sampled chunks count the symbols of
+// every 16th block only; of fused chunks Split reads only those blocks, for
+// their symbols (the rest is Tiles' work).
 // per_warp is 2 (the block-wide work, keys and histogram merge, spread
 // over 64 KiB), or 1 when a call has too few blocks to fill the SMs.
 constexpr uint32_t kSplitWarps = 8;
@@ -308,7 +321,8 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   const ChunkPlan p = ws.plan[c];
   const uint64_t span = kSplitWarps * per_warp * checksum::kBlockBytes;
   const uint64_t b0 = blockIdx.x * span;
-  if (b0 >= p.bytes) return;
+  const uint64_t stride = p.fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
+  if (b0 * stride >= p.bytes) return;
   extern __shared__ uint64_t split_smem[];  // kSplitShared bytes
   uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
   auto hist = reinterpret_cast<uint32_t(*)[32]>(key + checksum::kWordsPerBlock);  // [128][32]
@@ -323,20 +337,43 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   }
   __syncthreads();
   const uint32_t warp = threadIdx.x / 32;
-  for (uint32_t j = 0; j < per_warp; ++j) {
+  // A fused chunk: only the sample's symbols, a warp's 4 KiB in one round of
+  // loads (Tiles writes its raw plane and sums its checksum).
+  for (uint32_t j = 0; p.fused && j < per_warp; ++j) {
+    const uint64_t blk = (b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes) * stride;
+    if (blk >= p.bytes) break;  // uniform over the warp
+    constexpr uint32_t kPieces = checksum::kBlockBytes / 512;
+    uint4 q[kPieces];
+#pragma unroll
+    for (uint32_t i = 0; i < kPieces; ++i) {
+      q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * i + 16 * (threadIdx.x % 32)));
+    }
+    uint32_t* col = &hist[0][threadIdx.x % 32];
+#pragma unroll
+    for (uint32_t i = 0; i < kPieces; ++i) {
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t sy = Bf16::Symbol(PieceElement<Bf16>(q[i], k));
+        atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+      }
+    }
+  }
+  for (uint32_t j = 0; !p.fused && j < per_warp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes;
     if (blk >= p.bytes) break;  // uniform over the warp
+    const bool count_symbols = !p.sampled || blk / checksum::kBlockBytes % plan::kSampleStride == 0;
+    // (fused chunks never come here)
     kvferry::cuda::Kvsum64Pairs sum;
     uint8_t* raw_out = chunks[c].out + kHeader;
     WithElem(p.dtype, [&](auto e) {
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
         if (p.in.blocks == nullptr) {
-          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
+          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
         } else {
-          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
+          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
         }
       } else {
-        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, key, hist, chsum, rstage, &sum);
+        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
       }
     });
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
@@ -705,7 +742,10 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
       for (uint64_t b = dir_end; b < p.tiles_off; ++b) out[b] = 0;
     }
     if (!stored && ws.estimate != nullptr) {
-      ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, chosen_cost, p.tiles);
+      // A sampled table's symbol cost scaled by the stride, as the CPU's.
+      const uint64_t side = static_cast<uint64_t>(4 + 2 * table_n[0]) << 19;
+      const uint64_t q = p.sampled ? plan::kSampleStride * (chosen_cost - side) + side : chosen_cost;
+      ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, q, p.tiles);
     }
   }
   __syncthreads();
@@ -817,20 +857,103 @@ __device__ __noinline__ void PackRawTile(const ChunkPlan* plan, uint64_t begin, 
 
 constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
 
-__global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t* status, Workspace ws) {
+// bf16 raw bytes (sign << 7 | bits 6..0) of the 8 elements in q.
+__device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
+  auto raw2 = [](uint32_t w) { return (w & 0xff7fff7fu) | ((w >> 8) & 0x00800080u); };
+  return __byte_perm(raw2(q.x), raw2(q.y), 0x6420) |
+         static_cast<uint64_t>(__byte_perm(raw2(q.z), raw2(q.w), 0x6420)) << 32;
+}
+
+// A fused chunk's tile (ChunkPlan::fused: bf16, whole segments): the order-0
+// rounds of TilesKernel, and the raw plane and the kvsum64 that Split writes
+// and sums for other chunks. Lane t takes the 16-byte pieces at 16t and 16t + 512 of each
+// segment's 1 KiB: pieces 2(sg % 4) and 2(sg % 4) + 1 of Kvsum64Pairs' layout
+// of the segment's checksum block (the tile starts on a block). The pieces
+// come in through the warp's shared-memory stage `in` (two segments of 64
+// pieces, fetched a segment ahead by cp.async), so that no register holds
+// them while a segment is coded (as registers, they cost Tiles spills).
+// Returns the lane's OR of M - f over its symbols: bit 12 set if the table
+// lacks one of them. kContig: the input is one buffer, not a block list.
+template <bool kContig>
+__device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t begin, uint32_t segs, const uint4* tables,
+                                                  uint4 (*stage)[32], uint4 (*in)[64], ulonglong2* sums,
+                                                  const uint64_t* key, unsigned long long* gsum, uint32_t lt,
+                                                  uint16_t* words_end, uint32_t& x, uint32_t& emitted) {
+  const uint32_t lane = threadIdx.x % 32;
+  sums[lane] = make_ulonglong2(0, 0);  // the lane's Kvsum64Pairs, kept in shared memory between segments
+  uint32_t unseen = 0;
+  auto fetch = [&](uint32_t sg) {  // whole 16-byte pieces never straddle blocks of a list
+    const uint64_t off = 2 * (begin + 512ull * sg) + 16 * lane;
+    CpAsync16(&in[sg & 1][lane], kContig ? p.in.data + off : p.in.At(off));
+    CpAsync16(&in[sg & 1][lane + 32], kContig ? p.in.data + off + 512 : p.in.At(off + 512));
+    CpAsyncCommit();
+  };
+  fetch(segs - 1);
+  for (uint32_t sg = segs; sg-- > 0;) {
+    if (sg > 0) {
+      fetch(sg - 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    const uint4 q[2] = {in[sg & 1][lane], in[sg & 1][lane + 32]};  // this lane's own copies
+    const uint4 sy = SymbolsOf16<Bf16>(q);
+    uint8_t* st = reinterpret_cast<uint8_t*>(stage[sg & 1]);
+    *reinterpret_cast<uint2*>(st + 8 * lane) = make_uint2(sy.x, sy.y);
+    *reinterpret_cast<uint2*>(st + 256 + 8 * lane) = make_uint2(sy.z, sy.w);
+    {
+      const uint64_t blk = (2 * begin + 1024ull * sg) / checksum::kBlockBytes;
+      const uint64_t e = begin + 512ull * sg + 8 * lane;
+      kvferry::cuda::Kvsum64Pairs sum;
+      sum.a = sums[lane].x;
+      sum.b = sums[lane].y;
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + 64 * (2 * (sg % 4) + h) + 2 * lane);
+        sum.Add(q[h].x | static_cast<uint64_t>(q[h].y) << 32, q[h].z | static_cast<uint64_t>(q[h].w) << 32, k);
+        *reinterpret_cast<uint64_t*>(p.out + kHeader + e + 256 * h) = Bf16Raw8(q[h]);
+      }
+      if (sg % 4 == 0) sum.Finish(blk, checksum::kBlockBytes, gsum);
+      sums[lane] = make_ulonglong2(sum.a, sum.b);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int r = kStageRounds - 1; r >= 0; --r) {
+      const uint4 en = tables[st[r * 32 + lane]];
+      unseen |= en.z;
+      EncodeStep(true, en, lt, words_end, x, emitted);
+    }
+  }
+  return unseen;
+}
+
+// Two instances: kFused codes the fused chunks (ChunkPlan::fused) of a call
+// and nothing else, the other all other chunks. Each has the registers its
+// own loop needs; launched only where a call may hold fused chunks (see
+// EncodeAsync), the fused one runs after the other.
+template <bool kFused>
+__global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int32_t* status, Workspace ws) {
   WaitForPrevious();
   const int c = blockIdx.y;
   if (status[c] != kOk) return;
   const ChunkPlan p = ws.plan[c];
-  if (p.stored) return;
+  // A fused chunk is never STORED before Tiles: its raw plane (n bytes) and
+  // directory leave room (Plan).
+  if (p.stored || p.fused != kFused) return;
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
   if (blockIdx.x * warps >= p.tiles) return;
   __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 StepEntry; groups: uint2 {freq | cum << 16, rcp}
   uint2* enc = reinterpret_cast<uint2*>(tables);
-  __shared__ uint8_t map[kMaxGroupedChannels];
+  __shared__ alignas(16) uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
+  // A fused chunk's kvsum64 keys, in the map's space (fused chunks have no map).
+  static_assert(checksum::kWordsPerBlock * 8 <= kMaxGroupedChannels, "the keys fit the map's space");
+  uint64_t* const key = reinterpret_cast<uint64_t*>(map);
   const bool groups = p.tables > 1;
+  if (kFused) {
+    for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
+  }
   // Each entry's reciprocal is formed here, a division a thread, rather
   // than by the single Plan block, where 8 divisions a lane sat on its path.
   BlockCopy4(
@@ -858,6 +981,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
   const uint32_t lt = (1u << lane) - 1;
   uint32_t x = kL, emitted = 0;
+  uint32_t unseen = 0;  // OR of M - f: bit 12 set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
   uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
@@ -868,7 +992,9 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   if (full < rounds) {  // the partial last round first
     const uint32_t j = 32 * full + lane;
     const uint32_t s = j < n ? SymbolAt(p, begin + j) : 0;
-    EncodeStep(j < n, groups ? StepEntry(enc[map[chn] * 256u + s]) : tables[s], lt, words_end, x, emitted);
+    const uint4 en = groups ? StepEntry(enc[map[chn] * 256u + s]) : tables[s];
+    if (j < n) unseen |= en.z;
+    EncodeStep(j < n, en, lt, words_end, x, emitted);
     step_back();
   }
   // Full rounds, last to first, in segments of 16 rounds; the next segment's
@@ -876,7 +1002,21 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
   const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[warp][0]);
   const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
   const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
-  WithElem(p.dtype, [&](auto el) {
+  if constexpr (kFused) {  // whole segments (Setup), at least one
+    // The input stages in the order-0 table's unused space (16 tables).
+    // The input stages and checksum sums in the order-0 table's unused
+    // space (it holds 16 tables).
+    auto in = reinterpret_cast<uint4(*)[2][64]>(tables + 256);
+    auto sums = reinterpret_cast<ulonglong2(*)[32]>(tables + 256 + kTilesPerBlock * 2 * 64);
+    static_assert(256 + kTilesPerBlock * (2 * 64 + 32) <= kMaxTables * 256 / 2, "the stages fit the tables' space");
+    if (p.in.blocks == nullptr) {
+      unseen = CodeFusedTile<true>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], key, &ws.sum[c], lt,
+                                   words_end, x, emitted);
+    } else {
+      unseen = CodeFusedTile<false>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], key, &ws.sum[c], lt,
+                                    words_end, x, emitted);
+    }
+  } else WithElem(p.dtype, [&](auto el) {
     using E = decltype(el);
     // A lane loads 16 elements of the segment (their symbols are staged when
     // the segment's turn comes, so no register waits on the load before that).
@@ -893,18 +1033,24 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32) TilesKernel(const int32_t
           EncodeStep(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), lt, words_end, x, emitted);
           step_back();
         }
-      } else if (r1 - r0 == kStageRounds) {
+      } else if (r1 - r0 == kStageRounds && !p.sampled) {
 #pragma unroll
         for (int r = kStageRounds - 1; r >= 0; --r)
           EncodeStep(true, tables[st[r * 32 + lane]], lt, words_end, x, emitted);
       } else {
-        for (uint32_t r = r1; r-- > r0;) EncodeStep(true, tables[st[(r - r0) * 32 + lane]], lt, words_end, x, emitted);
+        for (uint32_t r = r1; r-- > r0;) {
+          const uint4 en = tables[st[(r - r0) * 32 + lane]];
+          unseen |= en.z;
+          EncodeStep(true, en, lt, words_end, x, emitted);
+        }
       }
     }
   });
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t raw = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
-  if (coded >= raw) {
+  // RAW when not smaller, or when a sampled table lacks one of the tile's
+  // symbols (as the CPU; only order-0 tables are sampled).
+  if (coded >= raw || (p.sampled && __any_sync(0xffffffffu, (unseen & kM) != 0))) {
     __syncwarp();
     const uint32_t groups = (n + 7) / 8;
     PackRawTile(&ws.plan[c], begin, groups, scratch);
@@ -1142,8 +1288,12 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return r;
   }
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
-  launch(Launch(TilesKernel, dim3((max_tiles_ + tile_warps - 1) / tile_warps, count), tile_warps * 32, 0, stream,
-                status, ws));
+  const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
+  launch(Launch(TilesKernel<false>, tile_grid, tile_warps * 32, 0, stream, status, ws));
+  // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
+  if (max_chunk_bytes_ >= 2 * plan::kSampleMinElements) {
+    launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
+  }
   launch(Launch(PlaceKernel, dim3(max_tiles_, count), 256, 0, stream, chunks, status, sizes, ws));
   if (e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/codec.h"
+#include "kernels/codec_plan.h"
 #include "tests/util/kv_like.h"
 
 namespace kvferry::codec {
@@ -603,22 +604,22 @@ TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
   cudaFree(dsizes);
 }
 
-// A paged KV cache: the encoder gathers from shuffled blocks of a pool and the
-// decoder scatters into other shuffled blocks; no staging copy on either side.
-TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) {
-  const uint64_t block_bytes = 16 * 3 * 64 * 2;  // 16 tokens x 3 heads x 64 dims, bf16 (not a power of two)
-  const uint32_t nblocks = 37;
+// A paged KV cache: the encoder gathers from `nblocks` shuffled blocks of a
+// pool and the decoder scatters into other shuffled blocks; no staging copy
+// on either side. Blocks of the pools outside the lists stay untouched.
+void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout& layout) {
+  const uint32_t pool_blocks = nblocks + 27;
   const auto input = KvLike(DType::kBF16, nblocks * block_bytes / 2, 192, 21);
   EncodeOptions o;
-  o.layout = {16, 3, 64};
+  o.layout = layout;
   const auto cpu = EncodeCpu(o, input);
   uint8_t *pool = nullptr, *pool2 = nullptr, *chunk = nullptr;
-  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool), 64 * block_bytes));
-  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool2), 64 * block_bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool), pool_blocks * block_bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pool2), pool_blocks * block_bytes));
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&chunk), MaxEncodedBytes(input.size())));
-  CUDA_OK(cudaMemset(pool2, 0, 64 * block_bytes));
-  std::vector<uint32_t> slots(64), slots2(64);
-  for (uint32_t k = 0; k < 64; ++k) slots[k] = slots2[k] = k;
+  CUDA_OK(cudaMemset(pool2, 0, pool_blocks * block_bytes));
+  std::vector<uint32_t> slots(pool_blocks), slots2(pool_blocks);
+  for (uint32_t k = 0; k < pool_blocks; ++k) slots[k] = slots2[k] = k;
   std::mt19937 rng(5);
   std::shuffle(slots.begin(), slots.end(), rng);
   std::shuffle(slots2.begin(), slots2.end(), rng);
@@ -641,7 +642,7 @@ TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) {
   cuda::EncodeChunk e;
   e.in = {nullptr, dsrc, nblocks, block_bytes};
   e.bytes = input.size();
-  e.tokens = 16, e.heads = 3, e.head_dim = 64;
+  e.tokens = layout.tokens, e.heads = layout.heads, e.head_dim = layout.head_dim;
   e.out = chunk;
   e.out_capacity = MaxEncodedBytes(input.size());
   cuda::EncodeChunk* de = nullptr;
@@ -678,11 +679,74 @@ TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) {
   EXPECT_TRUE(back == input);
   // Blocks of the pool not in the list stay untouched.
   std::vector<uint8_t> rest(block_bytes);
-  for (uint32_t b = nblocks; b < 64; ++b) {
+  for (uint32_t b = nblocks; b < pool_blocks; ++b) {
     CUDA_OK(cudaMemcpy(rest.data(), pool2 + slots2[b] * block_bytes, block_bytes, cudaMemcpyDeviceToHost));
     EXPECT_TRUE(std::all_of(rest.begin(), rest.end(), [](uint8_t v) { return v == 0; }));
   }
   for (void* p : std::initializer_list<void*>{pool, pool2, chunk, dsrc, ddst, de, dd, dstatus, dsize}) cudaFree(p);
+}
+
+// 16 tokens x 3 heads x 64 dims of bf16 a block (not a power of two), KV-aware.
+TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) { GatherScatterRoundTrip(16 * 3 * 64 * 2, 37, {16, 3, 64}); }
+
+// A chunk of >= 2^24 elements without a layout: its table comes from a
+// sample, and its raw plane and checksum are written by the Tiles warps,
+// which gather from the blocks too.
+TEST_F(CudaCodec, GathersASampledChunkFromBlockLists) { GatherScatterRoundTrip(16 * 3 * 64 * 2, 5462, {}); }
+
+// Sampled chunks (>= 2^24 elements, order-0): the CUDA encoder writes the
+// CPU's bytes whether its Tiles warps also write the raw plane (bf16, whole
+// 4 KiB blocks, an 8-byte-aligned plane, no split point) or Split does (an
+// odd output address, a partial last block, fp16, a split point), and a tile
+// holding a symbol that only appears outside the sample is RAW on both. A
+// KV-aware chunk of the same size is not sampled.
+TEST_F(CudaCodec, SampledChunksAreTheCpuBytesWhicheverKernelWritesTheirPlane) {
+  const size_t n = plan::kSampleMinElements;
+  auto probe = KvLike(DType::kBF16, n, 128, 17);
+  const uint16_t rare = 0x7f00;  // exponent 254: in block 1 only (tile 0), outside the sample
+  std::memcpy(&probe[2 * (2048 + 5)], &rare, 2);
+  std::vector<EncodeCase> cases(5);
+  cases[0].input = probe;
+  cases[1].input = probe;
+  cases[1].out_skew = 3;
+  cases[2].input = KvLike(DType::kBF16, n + 8, 128, 18);
+  cases[3].options.dtype = DType::kFP16;
+  cases[3].input = KvLike(DType::kFP16, n, 128, 19);
+  cases[4].input = probe;
+  cases[4].options.layout = {0, 1, 128};
+  for (bool split : {false, true}) {
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    std::vector<uint64_t> estimates;
+    EncodeOnGpu(cases, &status, &gpu, split ? &estimates : nullptr);
+    for (size_t k = 0; k < cases.size(); ++k) {
+      ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+      std::vector<uint8_t> cpu(MaxSplitEncodedBytes(cases[k].input.size()));
+      uint64_t cpu_estimate = 0;
+      EncodeOptions o = cases[k].options;
+      if (split) {
+        o.on_raw_plane = [&](uint64_t, uint64_t estimate) {
+          cpu_estimate = estimate;
+          return true;
+        };
+      }
+      auto bytes = Encode(o, cases[k].input.data(), cases[k].input.size(), cpu.data(), cpu.size());
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      cpu.resize(*bytes);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", split " << split << ": " << FirstDifference(gpu[k], cpu);
+      if (split) EXPECT_EQ(estimates[k], cpu_estimate) << "case " << k;
+      auto info = Inspect(gpu[k].data(), gpu[k].size());
+      ASSERT_TRUE(info.ok()) << info.status();
+      if (k == 0 || k == 1) EXPECT_GE(info->raw_tiles, 1u) << "case " << k;
+      if (k == 4) EXPECT_EQ(info->raw_tiles, 0u);
+    }
+    Batch b;
+    for (size_t k = 0; k < cases.size(); ++k) {
+      b.inputs.push_back(cases[k].input);
+      b.chunks.push_back(gpu[k]);
+    }
+    ExpectDecodesBitExact(b);
+  }
 }
 
 }  // namespace

@@ -332,6 +332,58 @@ TEST(Codec, SimdAndScalarEncodersWriteTheSameBytes) {
   }
 }
 
+// bf16 elements with exponents 120..124 in every 4 KiB block, plus one
+// exponent 254 in block 1 (not in the sample: tile 0) and one 253 in block 16
+// (in the sample: tile 4).
+std::vector<uint8_t> SampleProbe(size_t n) {
+  std::vector<uint8_t> v(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t e = 120 + static_cast<uint32_t>(i * 7 % 5);
+    if (i == 2048 + 5) e = 254;
+    if (i == 16 * 2048 + 3) e = 253;
+    const uint16_t x = static_cast<uint16_t>((i & 1) << 15 | e << 7 | (i * 13 & 0x7f));
+    std::memcpy(&v[2 * i], &x, 2);
+  }
+  return v;
+}
+
+// Directory entry t of a coded order-0 chunk.
+uint32_t DirectoryEntry(const std::vector<uint8_t>& chunk, uint32_t t) {
+  uint64_t raw_plane;
+  uint16_t count;
+  std::memcpy(&raw_plane, &chunk[40], 8);
+  std::memcpy(&count, &chunk[64 + raw_plane + 2], 2);
+  uint32_t e;
+  std::memcpy(&e, &chunk[64 + raw_plane + 4 + 2 * count + 4 * t], 4);
+  return e;
+}
+
+// From plan::kSampleMinElements elements on, an order-0 chunk's table comes
+// from every 16th 4 KiB block: a symbol seen only outside them makes its
+// tile RAW, one inside them does not, and below the threshold the whole
+// chunk counts. Both encoders (SIMD and scalar) write the same bytes, and
+// the chunk decodes bit-exactly.
+TEST(Codec, LargeChunksTakeTheirTableFromASample) {
+  for (size_t n : {size_t{plan::kSampleMinElements}, size_t{plan::kSampleMinElements - 2048}}) {
+    const auto in = SampleProbe(n);
+    EncodeOptions o;
+    SetSimdForTesting(true);
+    const auto chunk = Encoded(o, in);
+    SetSimdForTesting(false);
+    EXPECT_EQ(Encoded(o, in), chunk) << n;
+    SetSimdForTesting(true);
+    auto info = Inspect(chunk.data(), chunk.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_FALSE(info->stored);
+    ASSERT_EQ(info->tile_log2, 13u);
+    const bool sampled = n >= plan::kSampleMinElements;
+    EXPECT_EQ(info->raw_tiles, sampled ? 1u : 0u) << n;
+    EXPECT_EQ(DirectoryEntry(chunk, 0) >> 31, sampled ? 1u : 0u) << n;  // bit 31: RAW
+    EXPECT_EQ(DirectoryEntry(chunk, 4) >> 31, 0u) << n;
+    EXPECT_TRUE(Decoded(chunk, in.size()) == in) << n;
+  }
+}
+
 // The SIMD decoder (where the CPU has it) and the scalar one agree on every
 // chunk, good or corrupted.
 TEST(Codec, SimdAndScalarDecodersAgree) {
