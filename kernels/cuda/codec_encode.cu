@@ -566,9 +566,26 @@ __device__ __forceinline__ void LoadElems16(const ChunkPlan& p, uint64_t e, uint
   }
 }
 
+// bf16 elements 0..3 in words w0 (elements 0, 1) and w1 (2, 3): their
+// symbols (bits 14..7) and raw bytes (sign << 7 | bits 6..0), byte k
+// element k's. Two byte permutes gather the elements' low and high bytes;
+// a shift and a bit select each then give four symbols or raw bytes.
+__device__ __forceinline__ uint32_t Bf16Symbols4(uint32_t w0, uint32_t w1) {
+  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
+  return ((hi << 1) & 0xfefefefeu) | ((lo >> 7) & 0x01010101u);
+}
+__device__ __forceinline__ uint32_t Bf16Raw4(uint32_t w0, uint32_t w1) {
+  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
+  return (hi & 0x80808080u) | (lo & 0x7f7f7f7fu);
+}
+
 // The symbols of the 16 elements in q[0 .. E::bytes) as 16 bytes.
 template <typename E>
 __device__ __forceinline__ uint4 SymbolsOf16(const uint4* q) {
+  if constexpr (kIsBf16<E>) {
+    return make_uint4(Bf16Symbols4(q[0].x, q[0].y), Bf16Symbols4(q[0].z, q[0].w), Bf16Symbols4(q[1].x, q[1].y),
+                      Bf16Symbols4(q[1].z, q[1].w));
+  }
   uint32_t out[4] = {0, 0, 0, 0};
 #pragma unroll
   for (uint32_t k = 0; k < 16; ++k) {
@@ -859,9 +876,7 @@ constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memo
 
 // bf16 raw bytes (sign << 7 | bits 6..0) of the 8 elements in q.
 __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
-  auto raw2 = [](uint32_t w) { return (w & 0xff7fff7fu) | ((w >> 8) & 0x00800080u); };
-  return __byte_perm(raw2(q.x), raw2(q.y), 0x6420) |
-         static_cast<uint64_t>(__byte_perm(raw2(q.z), raw2(q.w), 0x6420)) << 32;
+  return Bf16Raw4(q.x, q.y) | static_cast<uint64_t>(Bf16Raw4(q.z, q.w)) << 32;
 }
 
 // A fused chunk's tile (ChunkPlan::fused: bf16, whole segments): the order-0
@@ -877,8 +892,9 @@ __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
 template <bool kContig>
 __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t begin, uint32_t segs, const uint4* tables,
                                                   uint4 (*stage)[32], uint4 (*in)[64], ulonglong2* sums,
-                                                  const uint64_t* key, unsigned long long* gsum, uint32_t lt,
-                                                  uint16_t* words_end, uint32_t& x, uint32_t& emitted) {
+                                                  uint64_t (*sd)[checksum::kLanes], const uint64_t* key,
+                                                  unsigned long long* gsum, uint32_t lt, uint16_t* words_end,
+                                                  uint32_t& x, uint32_t& emitted) {
   const uint32_t lane = threadIdx.x % 32;
   sums[lane] = make_ulonglong2(0, 0);  // the lane's Kvsum64Pairs, kept in shared memory between segments
   uint32_t unseen = 0;
@@ -913,16 +929,40 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
         sum.Add(q[h].x | static_cast<uint64_t>(q[h].y) << 32, q[h].z | static_cast<uint64_t>(q[h].w) << 32, k);
         *reinterpret_cast<uint64_t*>(p.out + kHeader + e + 256 * h) = Bf16Raw8(q[h]);
       }
-      if (sg % 4 == 0) sum.Finish(blk, checksum::kBlockBytes, gsum);
+      if (sg % 4 == 0) {  // the block's lane sums (Kvsum64WarpFinishPairs), digested after the tile
+        for (int o = 4; o < 32; o *= 2) {
+          sum.a += __shfl_xor_sync(0xffffffffu, sum.a, o);
+          sum.b += __shfl_xor_sync(0xffffffffu, sum.b, o);
+        }
+        const uint32_t l = lane % checksum::kLanes;  // checksum lane l is held by lane l / 2
+        const uint64_t pa = __shfl_sync(0xffffffffu, sum.a, l / 2), pb = __shfl_sync(0xffffffffu, sum.b, l / 2);
+        if (lane < checksum::kLanes) sd[sg / 4][lane] = l % 2 ? pb : pa;
+        sum.a = sum.b = 0;
+      }
       sums[lane] = make_ulonglong2(sum.a, sum.b);
     }
     __syncwarp();
-#pragma unroll
+#pragma unroll 8  // 16: spills at 64 registers
     for (int r = kStageRounds - 1; r >= 0; --r) {
       const uint4 en = tables[st[r * 32 + lane]];
       unseen |= en.z;
       EncodeStep(true, en, lt, words_end, x, emitted);
     }
+  }
+  // The digests of the tile's blocks, four at a time: lanes 8j .. 8j + 7 merge
+  // block j's checksum lanes (Kvsum64AddBlockAcc for each).
+  __syncwarp();
+  const uint32_t blocks = segs / 4;
+  const uint64_t blk0 = 2 * begin / checksum::kBlockBytes;
+  for (uint32_t j0 = 0; j0 < blocks; j0 += 4) {
+    const uint32_t j = j0 + lane / checksum::kLanes, l = lane % checksum::kLanes;
+    const bool valid = j < blocks;
+    const uint64_t round = checksum::Round(0, checksum::Seed(blk0 + j, static_cast<int>(l)) + (valid ? sd[j][l] : 0));
+    uint64_t d = checksum::MergeStart(checksum::kBlockBytes);
+    for (uint32_t k = 0; k < checksum::kLanes; ++k) {
+      d = checksum::MergeStep(d, __shfl_sync(0xffffffffu, round, (lane & ~(checksum::kLanes - 1)) + k));
+    }
+    if (valid && l == 0) atomicAdd(gsum, static_cast<unsigned long long>(checksum::Avalanche(d)));
   }
   return unseen;
 }
@@ -1008,13 +1048,16 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int3
     // space (it holds 16 tables).
     auto in = reinterpret_cast<uint4(*)[2][64]>(tables + 256);
     auto sums = reinterpret_cast<ulonglong2(*)[32]>(tables + 256 + kTilesPerBlock * 2 * 64);
-    static_assert(256 + kTilesPerBlock * (2 * 64 + 32) <= kMaxTables * 256 / 2, "the stages fit the tables' space");
+    constexpr uint32_t kTileBlocks = 2 * kMaxTile / checksum::kBlockBytes;  // checksum blocks in a bf16 tile
+    auto sd = reinterpret_cast<uint64_t(*)[kTileBlocks][checksum::kLanes]>(tables + 256 + kTilesPerBlock * (2 * 64 + 32));
+    static_assert(256 + kTilesPerBlock * (2 * 64 + 32 + kTileBlocks * checksum::kLanes / 2) <= kMaxTables * 256 / 2,
+                  "the stages fit the tables' space");
     if (p.in.blocks == nullptr) {
-      unseen = CodeFusedTile<true>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], key, &ws.sum[c], lt,
-                                   words_end, x, emitted);
+      unseen = CodeFusedTile<true>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
+                                   &ws.sum[c], lt, words_end, x, emitted);
     } else {
-      unseen = CodeFusedTile<false>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], key, &ws.sum[c], lt,
-                                    words_end, x, emitted);
+      unseen = CodeFusedTile<false>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
+                                    &ws.sum[c], lt, words_end, x, emitted);
     }
   } else WithElem(p.dtype, [&](auto el) {
     using E = decltype(el);
