@@ -66,19 +66,20 @@ KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
   return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;
 }
 
-// Large chunks coded without channel groups take their order-0 table from a
-// sample: the symbols of every kSampleStride-th 4 KiB block of the input
-// (blocks 0, 16, 32, ...). The table is then known after reading 1/16 of the
-// input, so a GPU encoder can code the exponents in the same pass that
+// Large bf16 chunks coded without channel groups take their order-0 table
+// from a sample: the symbols of every kSampleStride-th 4 KiB block of the
+// input (blocks 0, 16, 32, ...). The table is then known after reading 1/16
+// of the input, so the CUDA encoder codes the exponents in the same pass that
 // writes the raw plane and sums the checksum. A tile holding a symbol that
 // the sample lacks (frequency 0) is stored RAW. On real bf16 KV this costs
 // about 0.8% of the exponent bits (0.2% of the chunk) from 16 Mi elements
-// on; below that the sample is too small (docs/codec-format.md).
+// on; below that the sample is too small. Other dtypes have no one-pass
+// encoder, so a sample would cost them ratio for nothing (docs/codec-format.md).
 constexpr uint64_t kSampleMinElements = uint64_t{1} << 24;
 constexpr uint32_t kSampleStride = 16;
 constexpr uint32_t kSampleBlockBytes = 4096;
-KVF_HD constexpr bool Sampled(uint64_t elements, bool grouping) {
-  return !grouping && elements >= kSampleMinElements;
+KVF_HD constexpr bool Sampled(bool bf16, uint64_t elements, bool grouping) {
+  return bf16 && !grouping && elements >= kSampleMinElements;
 }
 
 // Largest chunk once the encoder may no longer fall back to STORED (split-send):

@@ -792,9 +792,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
-  // Large chunks without channel groups: order-0 from a sample.
+  // Large bf16 chunks without channel groups: order-0 from a sample.
   const bool grouping = o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
-  const bool sampled = plan::Sampled(n, grouping);
+  const bool sampled = plan::Sampled(o.dtype == DType::kBF16, n, grouping);
   Grouping best = Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
   if (grouping) {
     const ChannelStats stats({sym, n}, channels);

@@ -122,7 +122,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.stored = p.n == 0 || p.raw_plane >= p.bytes;
       p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
                    p.n >= p.channels;
-      p.sampled = !p.stored && plan::Sampled(p.n, p.grouping);
+      p.sampled = !p.stored && plan::Sampled(ch.dtype == kBf16Dtype, p.n, p.grouping);
       p.fused = p.sampled && ch.dtype == kBf16Dtype && p.bytes % checksum::kBlockBytes == 0 &&
                 reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
       p.out = ch.out;
