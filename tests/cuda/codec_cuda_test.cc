@@ -736,11 +736,17 @@ TEST_F(CudaCodec, SampledChunksAreTheCpuBytesWhicheverKernelWritesTheirPlane) {
       ASSERT_TRUE(bytes.ok()) << bytes.status();
       cpu.resize(*bytes);
       EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", split " << split << ": " << FirstDifference(gpu[k], cpu);
-      if (split) EXPECT_EQ(estimates[k], cpu_estimate) << "case " << k;
+      if (split) {
+        EXPECT_EQ(estimates[k], cpu_estimate) << "case " << k;
+      }
       auto info = Inspect(gpu[k].data(), gpu[k].size());
       ASSERT_TRUE(info.ok()) << info.status();
-      if (k == 0 || k == 1) EXPECT_GE(info->raw_tiles, 1u) << "case " << k;
-      if (k == 3 || k == 4) EXPECT_EQ(info->raw_tiles, 0u) << "case " << k;
+      if (k == 0 || k == 1) {
+        EXPECT_GE(info->raw_tiles, 1u) << "case " << k;
+      }
+      if (k == 3 || k == 4) {
+        EXPECT_EQ(info->raw_tiles, 0u) << "case " << k;
+      }
     }
     Batch b;
     for (size_t k = 0; k < cases.size(); ++k) {

@@ -51,7 +51,9 @@ TEST(CodecPlan, Log2Q16IsMonotonicAndWithinOneUlp) {
     const uint32_t q = plan::Log2Q16(f);
     const double exact = std::log2(static_cast<double>(f)) * 65536.0;
     EXPECT_LE(std::fabs(q - exact), 1.0) << f;
-    if (f > 1) EXPECT_GT(q, prev) << f;
+    if (f > 1) {
+      EXPECT_GT(q, prev) << f;
+    }
     prev = q;
   }
   EXPECT_EQ(plan::Log2Q16(1), 0u);
@@ -403,8 +405,12 @@ TEST(Codec, SimdAndScalarDecodersAgree) {
       auto rb = Decode(bad.data(), bad.size(), b.data(), b.size());
       SetSimdForTesting(true);
       EXPECT_EQ(ra.ok(), rb.ok()) << "k=" << k << " simd: " << ra.status() << " scalar: " << rb.status();
-      if (ra.ok() && rb.ok()) EXPECT_EQ(a, b);
-      if (k == 0) EXPECT_EQ(a, in);
+      if (ra.ok() && rb.ok()) {
+        EXPECT_EQ(a, b);
+      }
+      if (k == 0) {
+        EXPECT_EQ(a, in);
+      }
     }
   }
 }
