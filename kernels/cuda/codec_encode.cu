@@ -165,8 +165,10 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 // sums. kWhole: the block is
 // whole (4 KiB of input), the chunk is coded, without channel groups: no
 // bounds checks, no channel sums (the hot path of large chunks). kContig:
-// the input is one buffer, not a block list.
-template <typename E, bool kWhole, bool kContig>
+// the input is one buffer, not a block list. kAll: every symbol is counted
+// (count_symbols is ignored), which leaves the per-element branch out of the
+// hot path of chunks that are not sampled.
+template <typename E, bool kWhole, bool kContig, bool kAll>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
                                           bool count_symbols, const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
                                           kvferry::cuda::Kvsum64Pairs* sum) {
@@ -233,7 +235,7 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
         const uint32_t v = in ? PieceElement<E>(q, k) : 0;
         if (in) {
           const uint32_t sy = E::Symbol(v);
-          if (count_symbols) atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+          if (kAll || count_symbols) atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
           if (!kWhole && p.grouping) {
             atomicAdd(&chsum[chn], sy);
             if (++chn == C) chn = 0;
@@ -366,14 +368,21 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     kvferry::cuda::Kvsum64Pairs sum;
     uint8_t* raw_out = chunks[c].out + kHeader;
     WithElem(p.dtype, [&](auto e) {
+      using E = decltype(e);
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
         if (p.in.blocks == nullptr) {
-          SplitWarp<decltype(e), true, true>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+          if (!p.sampled) {
+            SplitWarp<E, true, true, true>(p, blk, raw_out, code, true, key, hist, chsum, rstage, &sum);
+          } else {
+            SplitWarp<E, true, true, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+          }
+        } else if (!p.sampled) {
+          SplitWarp<E, true, false, true>(p, blk, raw_out, code, true, key, hist, chsum, rstage, &sum);
         } else {
-          SplitWarp<decltype(e), true, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+          SplitWarp<E, true, false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
         }
       } else {
-        SplitWarp<decltype(e), false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+        SplitWarp<E, false, false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
       }
     });
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
