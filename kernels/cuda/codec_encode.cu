@@ -123,7 +123,7 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
                    p.n >= p.channels;
       p.sampled = !p.stored && plan::Sampled(ch.dtype == kBf16Dtype, p.n, p.grouping);
-      p.fused = p.sampled && ch.dtype == kBf16Dtype && p.bytes % checksum::kBlockBytes == 0 &&
+      p.fused = p.sampled && p.bytes % checksum::kBlockBytes == 0 &&
                 reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
       p.out = ch.out;
       if (p.grouping && !ws.groups) {  // the call said no chunk would group channels
@@ -158,6 +158,24 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
   const uint32_t i = E::bytes == 1 ? k / 4 : E::bytes == 2 ? k / 2 : k;
   const uint32_t w = i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
   return E::bytes == 1 ? (w >> (8 * (k % 4))) & 0xff : E::bytes == 2 ? (w >> (16 * (k % 2))) & 0xffff : w;
+}
+
+// bf16 elements 0..3 in words w0 (elements 0, 1) and w1 (2, 3): their
+// symbols (bits 14..7) and raw bytes (sign << 7 | bits 6..0), byte k
+// element k's. Two byte permutes gather the elements' low and high bytes;
+// a shift and a bit select each then give four symbols or raw bytes.
+__device__ __forceinline__ uint32_t Bf16Symbols4(uint32_t w0, uint32_t w1) {
+  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
+  return ((hi << 1) & 0xfefefefeu) | ((lo >> 7) & 0x01010101u);
+}
+__device__ __forceinline__ uint32_t Bf16Raw4(uint32_t w0, uint32_t w1) {
+  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
+  return (hi & 0x80808080u) | (lo & 0x7f7f7f7fu);
+}
+
+// bf16 raw bytes (sign << 7 | bits 6..0) of the 8 elements in q.
+__device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
+  return Bf16Raw4(q.x, q.y) | static_cast<uint64_t>(Bf16Raw4(q.z, q.w)) << 32;
 }
 
 // A warp's part of SplitKernel: the 4 KiB checksum block at blk. Lane l
@@ -220,14 +238,9 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
       const uint64_t e0 = off / E::bytes;
       uint32_t chn = !kWhole && p.grouping ? static_cast<uint32_t>(e0 % C) : 0;
       uint64_t lo = 0, hi = 0;
-      // bf16 in whole pieces: a word's two raw bytes (sign << 7 | bits 6..0)
-      // land in its bytes 0 and 2, and one byte permute takes them from two words.
+      // bf16 in whole pieces: the raw bytes by byte permutes (Bf16Raw8).
       constexpr bool kBf16Raw = kWhole && E::bytes == 2 && width == 8;
-      if constexpr (kBf16Raw) {
-        auto raw2 = [](uint32_t w) { return (w & 0xff7fff7fu) | ((w >> 8) & 0x00800080u); };
-        lo = __byte_perm(raw2(q.x), raw2(q.y), 0x6420) |
-             static_cast<uint64_t>(__byte_perm(raw2(q.z), raw2(q.w), 0x6420)) << 32;
-      }
+      if constexpr (kBf16Raw) lo = Bf16Raw8(q);
       uint32_t* col = &hist[0][lane];
 #pragma unroll
       for (uint32_t k = 0; k < per; ++k) {
@@ -575,19 +588,6 @@ __device__ __forceinline__ void LoadElems16(const ChunkPlan& p, uint64_t e, uint
   }
 }
 
-// bf16 elements 0..3 in words w0 (elements 0, 1) and w1 (2, 3): their
-// symbols (bits 14..7) and raw bytes (sign << 7 | bits 6..0), byte k
-// element k's. Two byte permutes gather the elements' low and high bytes;
-// a shift and a bit select each then give four symbols or raw bytes.
-__device__ __forceinline__ uint32_t Bf16Symbols4(uint32_t w0, uint32_t w1) {
-  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
-  return ((hi << 1) & 0xfefefefeu) | ((lo >> 7) & 0x01010101u);
-}
-__device__ __forceinline__ uint32_t Bf16Raw4(uint32_t w0, uint32_t w1) {
-  const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
-  return (hi & 0x80808080u) | (lo & 0x7f7f7f7fu);
-}
-
 // The symbols of the 16 elements in q[0 .. E::bytes) as 16 bytes.
 template <typename E>
 __device__ __forceinline__ uint4 SymbolsOf16(const uint4* q) {
@@ -769,7 +769,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     }
     if (!stored && ws.estimate != nullptr) {
       // A sampled table's symbol cost scaled by the stride, as the CPU's.
-      const uint64_t side = static_cast<uint64_t>(4 + 2 * table_n[0]) << 19;
+      const uint64_t side = p.tables_bytes << 19;  // one table, no map
       const uint64_t q = p.sampled ? plan::kSampleStride * (chosen_cost - side) + side : chosen_cost;
       ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, q, p.tiles);
     }
@@ -882,11 +882,6 @@ __device__ __noinline__ void PackRawTile(const ChunkPlan* plan, uint64_t begin, 
 }
 
 constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
-
-// bf16 raw bytes (sign << 7 | bits 6..0) of the 8 elements in q.
-__device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
-  return Bf16Raw4(q.x, q.y) | static_cast<uint64_t>(Bf16Raw4(q.z, q.w)) << 32;
-}
 
 // A fused chunk's tile (ChunkPlan::fused: bf16, whole segments): the order-0
 // rounds of TilesKernel, and the raw plane and the kvsum64 that Split writes
@@ -1052,7 +1047,6 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int3
   const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
   const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
   if constexpr (kFused) {  // whole segments (Setup), at least one
-    // The input stages in the order-0 table's unused space (16 tables).
     // The input stages and checksum sums in the order-0 table's unused
     // space (it holds 16 tables).
     auto in = reinterpret_cast<uint4(*)[2][64]>(tables + 256);
