@@ -51,19 +51,58 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 
 // Symbols per tile, as log2 (header byte 30). Tiles are coded in parallel, one
 // warp each on a GPU, so smaller tiles mean more parallel work per chunk, at
-// 128 bytes of final rANS states per tile. Elements of 2 and 4 bytes use
-// 8192-symbol tiles from 256 Ki to 32 Mi elements: the states cost ~0.45% of
-// bf16's ratio there. Below, chunks are small enough that their ratio matters
+// 128 bytes of final rANS states per tile (64 of them the carry, below, in
+// version 3). Elements of 2 and 4 bytes use 8192-symbol tiles from 256 Ki to
+// 32 Mi elements: in version 2 the states cost ~0.45% of bf16's ratio there. Below, chunks are small enough that their ratio matters
 // more (partial tiles cost the most; per-layer KV planes of 20-70 KiB would
 // lose 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
 // elements, whose coded tiles are smallest, always use 16384.
 constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
-constexpr uint8_t kFormatVersion = 2;  // header byte 4; version 1 had no tile size field
+// Header byte 4. Version 1 had no tile size field; version 2 started every
+// rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane.
+constexpr uint8_t kFormatVersion = 3;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
   return elem_bytes >= 2 && elements >= (uint64_t{1} << 18) && elements <= (uint64_t{1} << 25) ? 13 : 14;
 }
 KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
   return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;
+}
+
+// The carry (format version 3): the last kCarryBytes bytes of each whole
+// tile's part of the raw plane leave the plane and ride in the tile instead,
+// 2 bytes in each lane's initial rANS state (2^16 | bytes 2l, 2l + 1 as a
+// little-endian u16), which the decoder's last state gives back. A coded
+// tile's 32 final states then carry 16 bits of data each, where version 2's
+// initial state 2^16 carried none: the states cost about 1 bit a lane over
+// the information they hold, instead of about 16. A RAW tile appends the
+// carry bytes after its packed symbols. Only tiles of 2^tile_log2 elements
+// carry, and only dtypes with raw bits (a tile's part of the plane is then
+// at least 3 KiB). Offsets below are of the "whole plane", the raw plane as
+// version 2 laid it out: tile t's part starts at t * TileRawBytes there.
+constexpr uint32_t kCarryBytes = 64;
+KVF_HD constexpr uint64_t TileRawBytes(uint32_t raw_bits, uint32_t tile_log2) {
+  return (uint64_t{1} << tile_log2) / 8 * raw_bits;
+}
+KVF_HD constexpr uint64_t CarryTiles(uint64_t elements, uint32_t raw_bits, uint32_t tile_log2) {
+  return raw_bits == 0 ? 0 : elements >> tile_log2;
+}
+// Bytes of the raw plane in the chunk (header bytes 40..47).
+KVF_HD constexpr uint64_t RawPlaneBytes(uint64_t elements, uint32_t raw_bits, uint32_t tile_log2) {
+  return (elements + 7) / 8 * raw_bits - kCarryBytes * CarryTiles(elements, raw_bits, tile_log2);
+}
+// Where byte o of the whole plane is: in the chunk's plane at *at (returns
+// true), or carry byte *at of tile *tile (returns false).
+KVF_HD bool PlaneByte(uint64_t o, uint32_t raw_bits, uint32_t tile_log2, uint64_t elements, uint64_t* at,
+                             uint64_t* tile) {
+  const uint64_t s = TileRawBytes(raw_bits, tile_log2), t = o / s, r = o - t * s;
+  const uint64_t carrying = CarryTiles(elements, raw_bits, tile_log2);
+  *tile = t;
+  if (t < carrying && r >= s - kCarryBytes) {
+    *at = r - (s - kCarryBytes);
+    return false;
+  }
+  *at = o - kCarryBytes * (t < carrying ? t : carrying);
+  return true;
 }
 
 // Large bf16 chunks coded without channel groups take their order-0 table
@@ -91,9 +130,10 @@ KVF_HD constexpr uint64_t MaxSplitChunkBytes(uint64_t input_bytes) {
 
 // Split-send's estimate of a coded chunk's size in bytes: the header, the raw
 // plane, the chosen candidate's cost (coded symbols plus map and tables, in
-// Q16 bits) and, per tile, its directory entry and 32 final states.
-KVF_HD uint64_t EstimatedChunkBytes(uint64_t raw_plane, uint64_t cost_q16, uint64_t tiles) {
-  return 64 + raw_plane + (cost_q16 >> 19) + 1 + tiles * (4 + 128) + 3;
+// Q16 bits) and, per tile, its directory entry and 32 final states, less
+// the carry bytes those states hold (carry_tiles: CarryTiles).
+KVF_HD uint64_t EstimatedChunkBytes(uint64_t raw_plane, uint64_t cost_q16, uint64_t tiles, uint64_t carry_tiles) {
+  return 64 + raw_plane + (cost_q16 >> 19) + 1 + tiles * (4 + 128) - carry_tiles * kCarryBytes + 3;
 }
 
 }  // namespace kvferry::codec::plan

@@ -367,14 +367,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
 // Returns the directory entry.
 // `unseen`: the table may lack symbols of the tile (a sampled table); a tile
 // with such a symbol is RAW.
+// `carry`: the tile's kCarryBytes carry bytes, or null: lane l starts from
+// 2^16 | their u16 l (a RAW tile appends them).
 uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint8_t* table_of, uint32_t exp_bits,
                     const std::vector<Table>& tables, const std::vector<uint32_t>& enc, bool unseen,
-                    std::vector<uint8_t>* out) {
+                    const uint8_t* carry, std::vector<uint8_t>* out) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
-  const uint64_t raw_bytes = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+  const uint64_t packed = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+  const uint64_t raw_bytes = packed + (carry != nullptr ? plan::kCarryBytes : 0);
   auto raw_tile = [&] {
     out->assign(raw_bytes, 0);
     Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
+    if (carry != nullptr) std::memcpy(out->data() + packed, carry, plan::kCarryBytes);
     return static_cast<uint32_t>(raw_bytes) | kTileRaw;
   };
   if (unseen) {  // order-0 only (sampled tables)
@@ -383,7 +387,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
     if (missing != 0) return raw_tile();
   }
   uint32_t x[kLanes];
-  for (auto& v : x) v = kL;
+  for (int l = 0; l < kLanes; ++l) x[l] = carry != nullptr ? kL | Get<uint16_t>(carry + 2 * l) : kL;
   // At most one word per symbol; the stream is written from the end backwards.
   thread_local std::vector<uint16_t> word_buf(kMaxTileSymbols + 1);  // n <= kMaxTileSymbols
   uint16_t* const words_end = word_buf.data() + n + 1;
@@ -489,13 +493,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
   return true;
 }
 
+// `carry`: where the tile's carry bytes go, or null when it has none.
 absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uint64_t end, uint32_t exp_bits,
-                        const uint8_t* table_of, const std::vector<DecodeTable>& tables, uint8_t* sym) {
+                        const uint8_t* table_of, const std::vector<DecodeTable>& tables, uint8_t* sym,
+                        uint8_t* carry) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
   const uint32_t size = entry & ~kTileRaw;
   if (entry & kTileRaw) {
-    if (size != ((PackedBytes(n, exp_bits) + 3) & ~uint64_t{3})) return Corrupt("raw tile size");
+    const uint64_t packed = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+    if (size != packed + (carry != nullptr ? plan::kCarryBytes : 0)) return Corrupt("raw tile size");
     for (uint32_t i = 0; i < n; ++i) sym[begin + i] = static_cast<uint8_t>(Unpacked(tile, i, exp_bits));
+    if (carry != nullptr) std::memcpy(carry, tile + packed, plan::kCarryBytes);
     return absl::OkStatus();
   }
   if (size < kLanes * 4) return Corrupt("coded tile shorter than its states");
@@ -534,8 +542,10 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
       sym[begin + j] = static_cast<uint8_t>(s);
     }
   }
+  // Every lane ends where it started: 2^16, or 2^16 | its carry bytes.
   for (int l = 0; l < kLanes; ++l) {
-    if (x[l] != kL) return Corrupt("rANS final state");
+    if (carry != nullptr ? x[l] >> 16 != 1 : x[l] != kL) return Corrupt("rANS final state");
+    if (carry != nullptr) Put<uint16_t>(carry + 2 * l, static_cast<uint16_t>(x[l]));
   }
   if (((w - tile + 3) & ~static_cast<ptrdiff_t>(3)) != static_cast<ptrdiff_t>(size)) {
     return Corrupt("rANS stream has unread words");
@@ -755,40 +765,57 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   };
   if (n == 0) return stored();
 
-  const uint64_t raw_plane = PackedBytes(n, sp.info.raw_bits);
-  // Group padding can make the raw plane alone as large as the input (tiny
-  // chunks): then coding cannot pay, and the plane would not fit in `out`.
-  if (raw_plane >= in_bytes) return stored();
   const uint32_t tile_log2 = o.tile_log2 != 0 ? o.tile_log2 : plan::TileLog2(sp.info.bytes, n);
   const uint64_t tile = uint64_t{1} << tile_log2;
   const uint32_t tiles = static_cast<uint32_t>(plan::TileCount(n, tile_log2));
+  const uint32_t W = sp.info.raw_bits;
+  const uint64_t carry_tiles = plan::CarryTiles(n, W, tile_log2);
+  const uint64_t raw_plane = plan::RawPlaneBytes(n, W, tile_log2);
+  // Group padding can make the raw plane alone as large as the input (tiny
+  // chunks): then coding cannot pay, and the plane would not fit in `out`.
+  if (raw_plane >= in_bytes) return stored();
   const int threads = Threads(o.threads, tiles);
-  // 1. Split: symbols to a temporary array, the raw plane straight into place.
+  // 1. Split: symbols to a temporary array, the raw plane straight into place
+  // (each whole tile's last kCarryBytes of it to `carry`, for its states).
   Scratch scratch;
   uint8_t* const sym = scratch.Bytes(n);
-  const uint64_t groups8 = (n + 7) / 8;
+  std::vector<uint8_t> carry(carry_tiles * plan::kCarryBytes);
   uint8_t* raw_out = out + kHeaderBytes;
-  ParallelFor((groups8 + 4095) / 4096, threads, [&](uint64_t part) {
-    const uint64_t g0 = part * 4096, g1 = std::min(groups8, g0 + 4096);
-    const uint64_t e0 = g0 * 8, e1 = std::min(n, g1 * 8);
-    if (o.dtype == DType::kBF16 && kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
-      SplitBf16Avx512(in, e0, e1, sym, raw_out);
-      return;
-    }
-    if (o.dtype == DType::kBF16) {  // the common case
-      for (uint64_t i = e0; i < e1; ++i) {
-        uint16_t v;
-        std::memcpy(&v, in + 2 * i, 2);
-        sym[i] = static_cast<uint8_t>(v >> 7);
-        raw_out[i] = static_cast<uint8_t>(((v >> 8) & 0x80) | (v & 0x7f));
-      }
+  const uint64_t tile_raw = plan::TileRawBytes(W, tile_log2);
+  const bool simd = kHasAvx512 && g_simd.load(std::memory_order_relaxed);
+  ParallelFor(tiles, threads, [&](uint64_t t) {
+    const uint64_t e0 = t * tile, e1 = std::min(n, e0 + tile);
+    const bool carries = t < carry_tiles;
+    // Tiles before t each left kCarryBytes of their part out of the plane.
+    uint8_t* const plane = raw_out + t * tile_raw - plan::kCarryBytes * std::min<uint64_t>(t, carry_tiles);
+    uint8_t* const tile_carry = carries ? carry.data() + t * plan::kCarryBytes : nullptr;
+    if (o.dtype == DType::kBF16) {  // the common case: a raw byte per element
+      const uint64_t keep = carries ? e1 - e0 - plan::kCarryBytes : e1 - e0;
+      auto split = [&](uint64_t a, uint64_t len, uint8_t* raw) {
+        if (simd) return SplitBf16Avx512(in + 2 * a, 0, len, sym + a, raw);
+        for (uint64_t i = 0; i < len; ++i) {
+          uint16_t v;
+          std::memcpy(&v, in + 2 * (a + i), 2);
+          sym[a + i] = static_cast<uint8_t>(v >> 7);
+          raw[i] = static_cast<uint8_t>(((v >> 8) & 0x80) | (v & 0x7f));
+        }
+      };
+      split(e0, keep, plane);
+      if (carries) split(e0 + keep, plan::kCarryBytes, tile_carry);
       return;
     }
     for (uint64_t i = e0; i < e1; ++i) sym[i] = static_cast<uint8_t>(sp.Symbol(sp.Load(in, i)));
-    if (sp.info.raw_bits == 0) return;
-    // This part starts on a group boundary, so it packs as a plane of its own.
-    Pack(e1 - e0, sp.info.raw_bits, raw_out + g0 * sp.info.raw_bits,
-         [&](uint64_t i) { return sp.Raw(sp.Load(in, e0 + i)); });
+    if (W == 0) return;
+    auto raw_of = [&](uint64_t first) { return [&, first](uint64_t i) { return sp.Raw(sp.Load(in, first + i)); }; };
+    if (!carries) return Pack(e1 - e0, W, plane, raw_of(e0));
+    // Whole groups before the carry straight into the plane; the rest (the
+    // group the carry starts in, and those after it) through `last`.
+    const uint64_t keep = tile_raw - plan::kCarryBytes, direct = keep / W;
+    Pack(8 * direct, W, plane, raw_of(e0));
+    uint8_t last[plan::kCarryBytes + 32];  // tile_raw - direct W <= kCarryBytes + W - 1 bytes
+    Pack(e1 - e0 - 8 * direct, W, last, raw_of(e0 + 8 * direct));
+    std::memcpy(plane + direct * W, last, keep - direct * W);
+    std::memcpy(tile_carry, last + (keep - direct * W), plan::kCarryBytes);
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
@@ -815,8 +842,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   }
 
   // Split-send: the raw plane is final; the caller may take it now.
-  const bool committed = o.on_raw_plane && raw_plane > 0 &&
-                         o.on_raw_plane(raw_plane, plan::EstimatedChunkBytes(raw_plane, best.TotalQ16(), tiles));
+  const bool committed =
+      o.on_raw_plane && raw_plane > 0 &&
+      o.on_raw_plane(raw_plane, plan::EstimatedChunkBytes(raw_plane, best.TotalQ16(), tiles, carry_tiles));
   sum();
 
   // 3. Tiles in parallel.
@@ -828,7 +856,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
     dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of, sp.info.exp_bits, best.tables,
-                        enc, sampled, &tile_bytes[t]);
+                        enc, sampled, t < carry_tiles ? carry.data() + t * plan::kCarryBytes : nullptr,
+                        &tile_bytes[t]);
   });
 
   // 4. Assemble, or store when coding does not pay.
@@ -913,8 +942,10 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   }
   const uint32_t E = p.split.info.exp_bits;
   if (n == 0) return Corrupt("coded chunk without elements");
-  if (p.info.raw_plane_bytes != PackedBytes(n, p.split.info.raw_bits)) return Corrupt("raw plane size");
   if (p.info.tile_log2 < plan::kMinTileLog2 || p.info.tile_log2 > plan::kMaxTileLog2) return Corrupt("tile size");
+  if (p.info.raw_plane_bytes != plan::RawPlaneBytes(n, p.split.info.raw_bits, p.info.tile_log2)) {
+    return Corrupt("raw plane size");
+  }
   if (p.info.tiles != plan::TileCount(n, p.info.tile_log2)) return Corrupt("tile count");
   if (p.info.tables < 1 || p.info.tables > kMaxTables) return Corrupt("table count");
   if (!p.info.channel_groups && p.info.tables != 1) return Corrupt("several tables without a channel map");
@@ -1037,36 +1068,52 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
     }
     const int nt = Threads(threads, p.info.tiles);
     std::vector<absl::Status> status(p.info.tiles);
-    const uint64_t tile = uint64_t{1} << p.info.tile_log2;
-    ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
-      const uint64_t b = t * tile, e = std::min<uint64_t>(n, (t + 1) * tile);
-      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym);
-    });
-    for (const auto& s : status) {
-      if (!s.ok()) return s;
-    }
+    const uint32_t tile_log2 = p.info.tile_log2;
+    const uint64_t tile = uint64_t{1} << tile_log2;
     const Split& sp = p.split;
     const uint32_t W = sp.info.raw_bits;
-    ParallelFor((n + 32767) / 32768, nt, [&](uint64_t part) {
-      const uint64_t b = part * 32768, e = std::min<uint64_t>(n, b + 32768);
-      if (p.info.dtype == DType::kBF16 && kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
-        JoinBf16Avx512(sym, p.raw_plane, b, e, out);
+    const uint64_t carry_tiles = plan::CarryTiles(n, W, tile_log2), tile_raw = plan::TileRawBytes(W, tile_log2);
+    const bool simd = kHasAvx512 && g_simd.load(std::memory_order_relaxed);
+    ParallelFor(p.info.tiles, nt, [&](uint64_t t) {
+      const uint64_t b = t * tile, e = std::min<uint64_t>(n, (t + 1) * tile);
+      const bool carries = t < carry_tiles;
+      uint8_t carry[plan::kCarryBytes];
+      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym,
+                             carries ? carry : nullptr);
+      if (!status[t].ok()) return;
+      // The tile's part of the whole plane: the chunk's plane, then its carry.
+      const uint8_t* plane = p.raw_plane + t * tile_raw - plan::kCarryBytes * std::min<uint64_t>(t, carry_tiles);
+      if (p.info.dtype == DType::kBF16) {
+        auto join = [&](uint64_t a, uint64_t len, const uint8_t* raw) {
+          if (simd) return JoinBf16Avx512(sym + a, raw, 0, len, out + 2 * a);
+          for (uint64_t i = 0; i < len; ++i) {
+            const uint32_t r = raw[i];
+            const uint16_t v = static_cast<uint16_t>(((r & 0x80) << 8) | (uint32_t{sym[a + i]} << 7) | (r & 0x7f));
+            std::memcpy(out + 2 * (a + i), &v, 2);
+          }
+        };
+        const uint64_t keep = carries ? e - b - plan::kCarryBytes : e - b;
+        join(b, keep, plane);
+        if (carries) join(b + keep, plan::kCarryBytes, carry);
         return;
       }
-      if (p.info.dtype == DType::kBF16) {
-        for (uint64_t i = b; i < e; ++i) {
-          const uint32_t raw = p.raw_plane[i];
-          const uint16_t v = static_cast<uint16_t>(((raw & 0x80) << 8) | (uint32_t{sym[i]} << 7) | (raw & 0x7f));
-          std::memcpy(out + 2 * i, &v, 2);
-        }
-        return;
+      uint8_t whole[plan::kCarryBytes + 32];  // the tile's last groups, carry included
+      const uint64_t keep = tile_raw - plan::kCarryBytes, direct = keep / (W == 0 ? 1 : W);
+      if (carries) {
+        std::memcpy(whole, plane + direct * W, keep - direct * W);
+        std::memcpy(whole + (keep - direct * W), carry, plan::kCarryBytes);
       }
       for (uint64_t i = b; i < e; ++i) {
-        const uint32_t raw = W == 0 ? 0 : Unpacked(p.raw_plane, i, W);
+        const uint64_t k = i - b;
+        uint32_t raw = 0;
+        if (W != 0) raw = carries && k >= 8 * direct ? Unpacked(whole, k - 8 * direct, W) : Unpacked(plane, k, W);
         const uint32_t v = sp.Join(sym[i], raw);
         std::memcpy(out + i * sp.info.bytes, &v, sp.info.bytes);
       }
     });
+    for (const auto& s : status) {
+      if (!s.ok()) return s;
+    }
   }
   if (Kvsum64(out, p.info.original_bytes) != p.info.checksum) {
     return absl::DataLossError("corrupt chunk: checksum of the decoded bytes does not match");

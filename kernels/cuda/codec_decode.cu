@@ -34,6 +34,7 @@ struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
   uint64_t raw_off, map_off, dir_off, tiles_start, bytes;
   uint32_t tile_log2, tiles, tables, flags;
+  uint32_t carry_tiles;  // tiles [0, carry_tiles) carry the last plan::kCarryBytes of their raw plane part
   uint32_t dtype, elem_bytes, exp_bits, raw_bits, mant_bits, opaque;
   Addr out;
 };
@@ -122,9 +123,10 @@ __global__ void __launch_bounds__(kParseThreads)
         if (s.tiles > max_tiles) err = kTooLarge;
         break;
       }
-      if (s.n == 0 || raw_plane != (s.n + 7) / 8 * s.raw_bits || s.tile_log2 < plan::kMinTileLog2 ||
-          s.tile_log2 > plan::kMaxTileLog2 || s.tiles != plan::TileCount(s.n, s.tile_log2) || s.tables < 1 ||
-          s.tables > kMaxTables || (!(s.flags & kGroups) && s.tables != 1)) {
+      if (s.n == 0 || s.tile_log2 < plan::kMinTileLog2 || s.tile_log2 > plan::kMaxTileLog2 ||
+          raw_plane != plan::RawPlaneBytes(s.n, s.raw_bits, s.tile_log2) ||
+          s.tiles != plan::TileCount(s.n, s.tile_log2) || s.tables < 1 || s.tables > kMaxTables ||
+          (!(s.flags & kGroups) && s.tables != 1)) {
         err = kBadSection;
         break;
       }
@@ -132,6 +134,7 @@ __global__ void __launch_bounds__(kParseThreads)
         err = kTooLarge;
         break;
       }
+      s.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(s.n, s.raw_bits, s.tile_log2));
       s.raw_off = kHeader;
       s.map_off = kHeader + raw_plane;
       uint64_t off = s.map_off;
@@ -316,7 +319,8 @@ constexpr uint32_t kRingChunks = 4;
 constexpr uint32_t kRing = kRingChunk * kRingChunks;
 constexpr uint32_t kRefillRounds = kSegRounds;
 // Bytes of raw plane a warp stages per segment (dtypes other than bf16; see
-// FetchRaw): a 16-byte lead, fp16's 704 bytes (fp32's first 768), a margin.
+// FetchRaw): a 16-byte lead, fp16's 704 bytes (fp32's first or last 768), a
+// margin.
 constexpr uint32_t kRawStage = 800;
 
 struct DecodeShared {
@@ -443,10 +447,16 @@ struct RawPiece {
 };
 
 // The pieces of a segment whose raw parts FetchRaw stages: all of fp16's
-// and fp8's, two of fp32's four.
+// and fp8's, two of fp32's four, from piece `first`: 0, or 2 in a carrying
+// tile's last segment, whose carry (the segment's last bytes) then goes
+// into the stage (PatchCarry).
 template <typename E>
 __device__ __forceinline__ constexpr uint32_t StagedPieces() {
   return E::raw_bits == 0 ? 0 : min(E::bytes, 2u);
+}
+template <typename E>
+__device__ __forceinline__ uint32_t FirstStaged(bool carry_seg) {
+  return carry_seg ? E::bytes - StagedPieces<E>() : 0;
 }
 
 // Starts copying the raw parts of a whole segment's staged pieces (at e0)
@@ -457,9 +467,10 @@ __device__ __forceinline__ constexpr uint32_t StagedPieces() {
 // of at least 128 bytes follow its plane). *lead: where the first piece
 // starts in rs.
 template <typename E>
-__device__ __forceinline__ void FetchRaw(const uint8_t* raw, uint64_t e0, uint8_t* rs, uint32_t* lead) {
+__device__ __forceinline__ void FetchRaw(const uint8_t* raw, uint64_t e0, uint32_t first, uint8_t* rs,
+                                         uint32_t* lead) {
   using R = RawPiece<E>;
-  const uint8_t* src = raw + e0 / R::P * R::kBytes;
+  const uint8_t* src = raw + (e0 / R::P + 32 * first) * R::kBytes;
   const uint8_t* base = src - reinterpret_cast<uintptr_t>(src) % 16;
   *lead = static_cast<uint32_t>(src - base);
   const uint32_t chunks = (*lead + 32 * StagedPieces<E>() * R::kBytes + 6 + 15) / 16;
@@ -472,15 +483,15 @@ __device__ __forceinline__ void FetchRaw(const uint8_t* raw, uint64_t e0, uint8_
 // rs when FetchRaw staged them there (rs not null), else from the plane.
 template <typename E>
 __device__ __forceinline__ ulonglong2 JoinPiece(const uint8_t* raw, const uint8_t* st, const uint8_t* rs, uint32_t lead,
-                                                uint64_t e0, uint32_t i) {
+                                                uint32_t first, uint64_t e0, uint32_t i) {
   using R = RawPiece<E>;
   constexpr uint32_t P = R::P, W = R::W, kWords = R::kWords;
   const uint32_t j0 = P * (threadIdx.x % 32) + 32 * P * i;  // the piece's first element in the segment
   uint32_t v[kWords] = {};                                  // the raw bits, LSB-first
   if constexpr (W > 0) {
     uint32_t sh;
-    const uint32_t* w = rs != nullptr && i < StagedPieces<E>()
-                            ? AlignedWord(rs + lead + (threadIdx.x % 32 + 32 * i) * R::kBytes, &sh)
+    const uint32_t* w = rs != nullptr && i - first < StagedPieces<E>()  // (unsigned: i >= first)
+                            ? AlignedWord(rs + lead + (threadIdx.x % 32 + 32 * (i - first)) * R::kBytes, &sh)
                             : R::Words(raw, e0, i, &sh);
     uint32_t r[kWords];
 #pragma unroll
@@ -523,6 +534,27 @@ __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw
   }
 }
 
+// A carrying tile's last segment (docs/codec-format.md, the carry): its last
+// kCarryBytes of raw plane are not in the plane but are u16 lane of `carry`
+// (on every lane). bf16: they are piece 1 of lanes 24..31 (raw8); other
+// dtypes: the end of the segment's staged raw parts (rs, at lead).
+template <typename E>
+__device__ __forceinline__ void PatchCarry(uint32_t carry, uint2* raw8, uint8_t* rs, uint32_t lead) {
+  // The stage holds the segment's last StagedPieces() pieces (FirstStaged).
+  const uint32_t lane = threadIdx.x % 32;
+  static_assert(plan::kCarryBytes == 64 && kSegPieces == 2, "the carry is the last 8 pieces of 8 bf16 elements");
+  if constexpr (kIsBf16<E>) {
+    uint32_t v[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) v[k] = __shfl_sync(0xffffffffu, carry, (4 * lane + k) % 32) & 0xffff;
+    if (lane >= 24) raw8[1] = make_uint2(v[0] | v[1] << 16, v[2] | v[3] << 16);
+  } else {
+    uint8_t* at = rs + lead + 32 * StagedPieces<E>() * RawPiece<E>::kBytes - plan::kCarryBytes + 2 * lane;
+    at[0] = static_cast<uint8_t>(carry);
+    at[1] = static_cast<uint8_t>(carry >> 8);
+  }
+}
+
 // A warp joins the kSeg staged symbols of elements [e0, e0 + kSeg) with the
 // raw plane, writes and checksums them in pieces; at the end of a 4 KiB
 // output block (or of the chunk) it adds the block's digest. bf16's raw
@@ -530,7 +562,8 @@ __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw
 // segment are in the raw stage rs (FetchRaw) or in the plane (rs null).
 template <typename E>
 __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* raw, uint64_t e0, const uint8_t* st,
-                                            const uint2* raw8, const uint8_t* rs, uint32_t lead, const uint64_t* key,
+                                            const uint2* raw8, const uint8_t* rs, uint32_t lead, uint32_t first,
+                                            const uint64_t* key,
                                             Kvsum64Pairs* sum, unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t b0 = e0 * E::bytes, b1 = min(s.orig_bytes, b0 + static_cast<uint64_t>(kSeg) * E::bytes);
@@ -558,7 +591,7 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
     if (limit == kSeg * E::bytes) {  // a whole segment: whole pieces, E::bytes a lane
 #pragma unroll
       for (uint32_t i = 0; i < E::bytes; ++i) {
-        const ulonglong2 w = JoinPiece<E>(raw, st, rs, lead, e0, i);
+        const ulonglong2 w = JoinPiece<E>(raw, st, rs, lead, first, e0, i);
         EmitPiece(s, b0 + 16 * lane + 512 * i, w.x, w.y, key, sum);
       }
     } else {
@@ -598,11 +631,15 @@ __device__ __forceinline__ void FetchShifted(const uint8_t* g, uint32_t b, uint3
 // One warp, one coded tile: 32 rANS lanes reading the word stream through the
 // ring; every 16 rounds the staged symbols are joined with the raw plane and
 // written out (EmitSegment). kGroups: the chunk maps channels to tables.
+// raw: the raw plane less the carries of the tiles before this one, so that
+// raw + (a byte's offset in the whole plane) is that byte; `carries`: the
+// tile's last kCarryBytes of it are in the lanes' final states instead.
 template <typename E, bool kGroups, bool kOdd, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
                                                 uint8_t* st, uint16_t (*rings)[kRing], uint8_t* rs, const uint64_t* key,
-                                                bool raw_aligned, unsigned long long* gsum) {
+                                                const uint8_t* raw, bool carries, bool raw_aligned,
+                                                unsigned long long* gsum) {
   const uint32_t lane = threadIdx.x % 32;
   bool bad = size < 128;
   uint32_t x = bad ? kL : Ld32(tile + 4 * lane);
@@ -658,7 +695,6 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   const uint32_t ch_step = kGroups ? static_cast<uint32_t>(32 % s.channels) : 0;
   const uint32_t C = static_cast<uint32_t>(s.channels);
   const uint8_t* map = in + s.map_off;
-  const uint8_t* raw = in + s.raw_off;
   const unsigned lt = (1u << lane) - 1;
   Kvsum64Pairs sum;
   auto round = [&](uint32_t r, bool active) {
@@ -682,11 +718,14 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     uint2 raw8[kSegPieces];
     uint32_t rlead = 0;
     const bool whole = seg * kSeg + kSeg <= n;
+    // The tile's last segment: a carrying tile's has the carry (a carrying tile is whole).
+    const bool carry_seg = carries && (seg + 1) * kSeg == n;
+    const uint32_t first = kIsBf16<E> ? 0 : FirstStaged<E>(carry_seg);
     refill(wb);  // before FetchRaw: the ring's waits count its own groups, the newest
     if constexpr (kIsBf16<E>) {
       LoadRaw8(s, raw, begin + seg * kSeg, raw_aligned, raw8);
     } else if (whole) {
-      FetchRaw<E>(raw, begin + seg * kSeg, rs, &rlead);
+      FetchRaw<E>(raw, begin + seg * kSeg, first, rs, &rlead);
     }
     if (whole) {  // every lane active in all 16 rounds
 #pragma unroll
@@ -697,13 +736,17 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     }
     if (!kIsBf16<E> && whole) CpAsyncWait<0>();
     __syncwarp();
-    EmitSegment<E>(s, raw, begin + seg * kSeg, st, raw8, whole ? rs : nullptr, rlead, key, &sum, gsum);
+    if (carry_seg) {  // the lanes' states are final: 2^16 | their carry
+      PatchCarry<E>(x, raw8, rs, rlead);
+      __syncwarp();
+    }
+    EmitSegment<E>(s, raw, begin + seg * kSeg, st, raw8, whole ? rs : nullptr, rlead, first, key, &sum, gsum);
     __syncwarp();
   }
   CpAsyncWait<0>();
   const uint32_t wpos = (wb - lead) / 2;
   bad |= wpos > nwords;
-  bad |= x != kL;
+  bad |= carries ? x >> 16 != 1 : x != kL;  // back at the start: 2^16, or 2^16 | the lane's carry
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
   return __any_sync(0xffffffffu, bad);
 }
@@ -756,18 +799,34 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
   const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
   const uint8_t* tile = in + tile_off;
-  const uint8_t* raw = in + s.raw_off;
+  // The whole plane's offsets (see DecodeCodedTile) from the tile's raw part on.
+  const bool carries = t < s.carry_tiles;
+  const uint8_t* raw = in + s.raw_off - plan::kCarryBytes * static_cast<uint64_t>(min(t, s.carry_tiles));
   uint8_t* st = sh.stage[warp];
   const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
   if (entry & kTileRaw) {
-    if (size != (((n + 7) / 8 * E::exp_bits + 3) & ~3u)) return true;
+    const uint32_t packed = ((n + 7) / 8 * E::exp_bits + 3) & ~3u;  // then the carry, if any
+    if (size != packed + (carries ? plan::kCarryBytes : 0)) return true;
     Kvsum64Pairs sum;
     for (uint32_t e0 = 0; e0 < n; e0 += kSeg) {
       uint2 raw8[kSegPieces];
-      if (kIsBf16<E>) LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
-      UnpackRawSymbols<E>(tile, size, e0, n, st);
+      uint32_t rlead = 0;
+      const bool carry_seg = carries && e0 + kSeg == n;
+      if (kIsBf16<E>) {
+        LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
+      } else if (carry_seg) {
+        FetchRaw<E>(raw, begin + e0, FirstStaged<E>(true), sh.raw[warp], &rlead);
+      }
+      UnpackRawSymbols<E>(tile, packed, e0, n, st);
+      if (carry_seg) {
+        if (!kIsBf16<E>) CpAsyncWait<0>();
+        __syncwarp();
+        const uint32_t carry = Ld16(tile + packed + 2 * lane);  // 4-byte aligned tile, packed a multiple of 4
+        PatchCarry<E>(carry, raw8, sh.raw[warp], rlead);
+      }
       __syncwarp();
-      EmitSegment<E>(s, raw, begin + e0, st, raw8, nullptr, 0, sh.key, &sum, gsum);
+      EmitSegment<E>(s, raw, begin + e0, st, raw8, carry_seg ? sh.raw[warp] : nullptr, rlead,
+                     kIsBf16<E> ? 0 : FirstStaged<E>(carry_seg), sh.key, &sum, gsum);
       __syncwarp();
     }
     return false;
@@ -782,10 +841,10 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     };
     if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
       return DecodeCodedTile<E, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                             raw_aligned, gsum);
+                                             raw, carries, raw_aligned, gsum);
     }
     return DecodeCodedTile<E, false, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                            raw_aligned, gsum);
+                                            raw, carries, raw_aligned, gsum);
   }
   // Several tables: always channel groups (Parse); the compact tables are in
   // shared memory.
@@ -800,10 +859,10 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   };
   if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
     return DecodeCodedTile<E, true, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                          raw_aligned, gsum);
+                                          raw, carries, raw_aligned, gsum);
   }
   return DecodeCodedTile<E, true, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                         raw_aligned, gsum);
+                                         raw, carries, raw_aligned, gsum);
 }
 
 // DecodeTile for dtypes other than bf16, each its own copy. Not inlined:

@@ -41,6 +41,10 @@ struct ChunkPlan {
   Addr in;
   uint64_t n, bytes, raw_plane, channels;
   uint32_t tile_log2, tiles;      // symbols per tile (log2), tiles
+  // The carry (plan::kCarryBytes): tiles [0, carry_tiles) leave the last
+  // kCarryBytes of their tile_raw bytes of raw plane to their states.
+  uint64_t tile_raw, whole_plane;  // a whole tile's raw bytes; the plane with every carry in it
+  uint32_t carry_tiles;
   uint32_t tables, shift;         // tables chosen; group = group16 >> shift
   uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
   // sampled: the order-0 table comes from every 16th 4 KiB block
@@ -68,6 +72,7 @@ struct Workspace {
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
   unsigned long long* tsum;    // [chunks][kTsumSlots(max_tiles)]: [0] all tiles' sizes, [1 + g] tiles 64 g ..
   uint8_t* scratch;            // [chunks][max_tiles][kScratch]
+  uint8_t* carry;              // [chunks][max_tiles][kCarryBytes] carry bytes (Split -> Tiles)
   uint64_t* estimate;          // [chunks] split-send estimates, or null
   uint64_t max_elems;
   uint32_t max_tiles;
@@ -113,9 +118,12 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
         err = kTooLarge;
         break;
       }
-      p.raw_plane = (p.n + 7) / 8 * p.e.raw_bits;
       p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
       p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));
+      p.raw_plane = plan::RawPlaneBytes(p.n, p.e.raw_bits, p.tile_log2);
+      p.whole_plane = (p.n + 7) / 8 * p.e.raw_bits;
+      p.tile_raw = plan::TileRawBytes(p.e.raw_bits, p.tile_log2);
+      p.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(p.n, p.e.raw_bits, p.tile_log2));
       p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
       // As the CPU: nothing to code, or group padding makes the raw plane as
       // large as the input.
@@ -178,6 +186,28 @@ __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
   return Bf16Raw4(q.x, q.y) | static_cast<uint64_t>(Bf16Raw4(q.z, q.w)) << 32;
 }
 
+// Where the raw bytes of a 4 KiB checksum block go (a block lies in one
+// tile): byte o of the whole plane (plan::PlaneByte) into the chunk's plane,
+// which the carrying tiles before it left kCarryBytes each, or, from `from`
+// on (the tile's carry; never when the tile does not carry), into its carry
+// bytes. The carry's bounds are multiples of 64 in the whole plane, so a
+// piece of 8 or 16 bytes is wholly in or out of it.
+struct PlaneOut {
+  uintptr_t plane, carry;  // + o: the address of whole-plane byte o
+  uint64_t from;
+  __device__ __forceinline__ PlaneOut(const ChunkPlan& p, uint8_t* raw_out, uint8_t* carry_bytes, uint64_t blk) {
+    const uint64_t tile = blk / p.e.bytes >> p.tile_log2;
+    const uint64_t carrying = p.carry_tiles;
+    plane = reinterpret_cast<uintptr_t>(raw_out) - plan::kCarryBytes * min(tile, carrying);
+    from = tile < carrying ? (tile + 1) * p.tile_raw - plan::kCarryBytes : ~uint64_t{0};
+    carry = reinterpret_cast<uintptr_t>(carry_bytes) + tile * plan::kCarryBytes - (tile + 1) * p.tile_raw +
+            plan::kCarryBytes;
+  }
+  __device__ __forceinline__ uint8_t* At(uint64_t o) const {
+    return reinterpret_cast<uint8_t*>((o >= from ? carry : plane) + o);
+  }
+};
+
 // A warp's part of SplitKernel: the 4 KiB checksum block at blk. Lane l
 // takes the 16-byte pieces at l * 16 + 512 i and adds them to its kvsum64
 // sums. kWhole: the block is
@@ -187,13 +217,13 @@ __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
 // (count_symbols is ignored), which leaves the per-element branch out of the
 // hot path of chunks that are not sampled.
 template <typename E, bool kWhole, bool kContig, bool kAll>
-__device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint8_t* raw_out, bool code,
+__device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, const PlaneOut& raw_out, bool code,
                                           bool count_symbols, const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
                                           kvferry::cuda::Kvsum64Pairs* sum) {
   constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t C = static_cast<uint32_t>(p.channels);
-  const bool raw8_aligned = reinterpret_cast<uintptr_t>(raw_out) % 8 == 0;
+  const bool raw8_aligned = raw_out.plane % 8 == 0;
   // A lane's 8 pieces in rounds of 2: the loads first, then the work.
   constexpr uint32_t kPieces = checksum::kBlockBytes / 512, kBatch = 2;
   for (uint32_t i0 = 0; i0 < kPieces; i0 += kBatch) {
@@ -266,9 +296,9 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
         }
       }
       if (span == 0) continue;
-      const uint64_t start = off / 16 * span;
+      const uint64_t start = off / 16 * span;  // in the whole plane
       if (span == 8 && len == 16 && raw8_aligned) {  // bf16, fp8 e4m3
-        *reinterpret_cast<uint64_t*>(raw_out + start) = lo;
+        *reinterpret_cast<uint64_t*>(raw_out.At(start)) = lo;
         continue;
       }
       if constexpr (kWhole && span != 8) {
@@ -281,24 +311,26 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, uint
           rstage[lane * span + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
         }
         __syncwarp();
-        uint8_t* run = raw_out + start - lane * span;
-        if (reinterpret_cast<uintptr_t>(run) % 16 == 0) {
-          if (lane < 2 * span) reinterpret_cast<uint4*>(run)[lane] = reinterpret_cast<const uint4*>(rstage)[lane];
+        const uint64_t run = start - lane * span;  // a multiple of 16 in the whole plane
+        if (raw_out.plane % 16 == 0) {
+          if (lane < 2 * span) {
+            *reinterpret_cast<uint4*>(raw_out.At(run + 16 * lane)) = reinterpret_cast<const uint4*>(rstage)[lane];
+          }
         } else {
-          for (uint32_t b = lane; b < 32 * span; b += 32) run[b] = rstage[b];
+          for (uint32_t b = lane; b < 32 * span; b += 32) *raw_out.At(run + b) = rstage[b];
         }
         __syncwarp();
         continue;
       }
       // Cut at the end of the raw plane (a short last piece).
-      const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.raw_plane - start));
+      const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.whole_plane - start));
       for (uint32_t o = 0; o < n; ++o) {
-        raw_out[start + o] = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
+        *raw_out.At(start + o) = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
       }
       // The last piece also zeroes the rest of the plane's last group (fp32:
       // a piece is half a group).
       if (off + 16 >= p.bytes) {
-        for (uint64_t b = start + span; b < p.raw_plane; ++b) raw_out[b] = 0;
+        for (uint64_t b = start + span; b < p.whole_plane; ++b) *raw_out.At(b) = 0;
       }
     }
   }
@@ -379,23 +411,24 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     const bool count_symbols = !p.sampled || blk / checksum::kBlockBytes % plan::kSampleStride == 0;
     // (fused chunks never come here)
     kvferry::cuda::Kvsum64Pairs sum;
-    uint8_t* raw_out = chunks[c].out + kHeader;
+    const PlaneOut out(p, chunks[c].out + kHeader, ws.carry + static_cast<uint64_t>(c) * ws.max_tiles * plan::kCarryBytes,
+                       blk);
     WithElem(p.dtype, [&](auto e) {
       using E = decltype(e);
       if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
         if (p.in.blocks == nullptr) {
           if (!p.sampled) {
-            SplitWarp<E, true, true, true>(p, blk, raw_out, code, true, key, hist, chsum, rstage, &sum);
+            SplitWarp<E, true, true, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum);
           } else {
-            SplitWarp<E, true, true, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+            SplitWarp<E, true, true, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
           }
         } else if (!p.sampled) {
-          SplitWarp<E, true, false, true>(p, blk, raw_out, code, true, key, hist, chsum, rstage, &sum);
+          SplitWarp<E, true, false, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum);
         } else {
-          SplitWarp<E, true, false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+          SplitWarp<E, true, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
         }
       } else {
-        SplitWarp<E, false, false, false>(p, blk, raw_out, code, count_symbols, key, hist, chsum, rstage, &sum);
+        SplitWarp<E, false, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
       }
     });
     const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
@@ -771,7 +804,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
       // A sampled table's symbol cost scaled by the stride, as the CPU's.
       const uint64_t side = p.tables_bytes << 19;  // one table, no map
       const uint64_t q = p.sampled ? plan::kSampleStride * (chosen_cost - side) + side : chosen_cost;
-      ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, q, p.tiles);
+      ws.estimate[c] = plan::EstimatedChunkBytes(p.raw_plane, q, p.tiles, p.carry_tiles);
     }
   }
   __syncthreads();
@@ -894,13 +927,19 @@ constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memo
 // Returns the lane's OR of M - f over its symbols: bit 12 set if the table
 // lacks one of them. kContig: the input is one buffer, not a block list.
 template <bool kContig>
-__device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t begin, uint32_t segs, const uint4* tables,
+__device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t begin, uint32_t tile, uint32_t segs,
+                                                  const uint4* tables,
                                                   uint4 (*stage)[32], uint4 (*in)[64], ulonglong2* sums,
                                                   uint64_t (*sd)[checksum::kLanes], const uint64_t* key,
                                                   unsigned long long* gsum, uint32_t lt, uint16_t* words_end,
                                                   uint32_t& x, uint32_t& emitted) {
   const uint32_t lane = threadIdx.x % 32;
   sums[lane] = make_ulonglong2(0, 0);  // the lane's Kvsum64Pairs, kept in shared memory between segments
+  // The raw plane: a byte an element, less the carry of each tile before
+  // this one; this tile's own carry (its last kCarryBytes elements, in the
+  // last segment) is in its states.
+  const bool carries = tile < p.carry_tiles;
+  uint8_t* const plane = p.out + kHeader - plan::kCarryBytes * static_cast<uint64_t>(min(tile, p.carry_tiles));
   uint32_t unseen = 0;
   auto fetch = [&](uint32_t sg) {  // whole 16-byte pieces never straddle blocks of a list
     const uint64_t off = 2 * (begin + 512ull * sg) + 16 * lane;
@@ -931,7 +970,9 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
       for (uint32_t h = 0; h < 2; ++h) {
         const ulonglong2 k = *reinterpret_cast<const ulonglong2*>(key + 64 * (2 * (sg % 4) + h) + 2 * lane);
         sum.Add(q[h].x | static_cast<uint64_t>(q[h].y) << 32, q[h].z | static_cast<uint64_t>(q[h].w) << 32, k);
-        *reinterpret_cast<uint64_t*>(p.out + kHeader + e + 256 * h) = Bf16Raw8(q[h]);
+        if (!carries || sg + 1 < segs || h == 0 || lane < 32 - plan::kCarryBytes / 8) {
+          *reinterpret_cast<uint64_t*>(plane + e + 256 * h) = Bf16Raw8(q[h]);
+        }
       }
       if (sg % 4 == 0) {  // the block's lane sums (Kvsum64WarpFinishPairs), digested after the tile
         for (int o = 4; o < 32; o *= 2) {
@@ -1024,7 +1065,21 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int3
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
   const uint32_t lt = (1u << lane) - 1;
-  uint32_t x = kL, emitted = 0;
+  // Lane l starts from 2^16 | u16 l of the tile's carry (docs/codec-format.md):
+  // of a fused chunk from its input (bf16, elements 2l and 2l + 1 of the
+  // tile's last kCarryBytes), else as Split left it. Loaded again for a RAW
+  // tile rather than held through the rounds (registers).
+  auto carry_of = [&]() -> uint32_t {
+    if (tile >= p.carry_tiles) return 0;
+    if (kFused) {
+      const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(p.in.blocks == nullptr ? p.in.data + off : p.in.At(off));
+      return Bf16Raw4(w, 0) & 0xffff;
+    }
+    return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
+                                                            plan::kCarryBytes)[lane];
+  };
+  uint32_t x = kL | carry_of(), emitted = 0;
   uint32_t unseen = 0;  // OR of M - f: bit 12 set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
@@ -1056,10 +1111,10 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int3
     static_assert(256 + kTilesPerBlock * (2 * 64 + 32 + kTileBlocks * checksum::kLanes / 2) <= kMaxTables * 256 / 2,
                   "the stages fit the tables' space");
     if (p.in.blocks == nullptr) {
-      unseen = CodeFusedTile<true>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
+      unseen = CodeFusedTile<true>(p, begin, tile, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
                                    &ws.sum[c], lt, words_end, x, emitted);
     } else {
-      unseen = CodeFusedTile<false>(p, begin, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
+      unseen = CodeFusedTile<false>(p, begin, tile, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
                                     &ws.sum[c], lt, words_end, x, emitted);
     }
   } else WithElem(p.dtype, [&](auto el) {
@@ -1093,14 +1148,17 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, 4) TilesKernel(const int3
     }
   });
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
-  const uint32_t raw = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
+  const uint32_t packed = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
+  const bool carries = tile < p.carry_tiles;
+  const uint32_t raw = packed + (carries ? plan::kCarryBytes : 0);  // a RAW tile appends its carry
   // RAW when not smaller, or when a sampled table lacks one of the tile's
   // symbols (as the CPU; only order-0 tables are sampled).
   if (coded >= raw || (p.sampled && __any_sync(0xffffffffu, (unseen & kM) != 0))) {
     __syncwarp();
     const uint32_t groups = (n + 7) / 8;
     PackRawTile(&ws.plan[c], begin, groups, scratch);
-    for (uint32_t b = groups * p.e.exp_bits + lane; b < raw; b += 32) scratch[b] = 0;
+    for (uint32_t b = groups * p.e.exp_bits + lane; b < packed; b += 32) scratch[b] = 0;
+    if (carries) reinterpret_cast<uint16_t*>(scratch + packed)[lane] = static_cast<uint16_t>(carry_of());
     if (lane == 0) {
       ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = raw | kTileRaw;
       AddTileSize(ws, c, tile, raw);
@@ -1253,7 +1311,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 4096 * 4) +
-                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch)) +
+                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
                          n * TsumSlots(e->max_tiles_) * 8ull;
   if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
       cudaSuccess) {
@@ -1308,6 +1366,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
   ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
   ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
+  ws.carry = take(n * max_tiles_ * plan::kCarryBytes);
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.max_elems = max_elems_;
   ws.max_tiles = max_tiles_;

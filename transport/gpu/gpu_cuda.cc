@@ -339,7 +339,8 @@ absl::StatusOr<uint64_t> ChunkWorker::Encode(const codec::EncodeOptions& options
     const auto info = codec::Info(options.dtype);
     if (!info.ok()) return info.status();
     const uint64_t n = len / info->bytes;
-    const uint64_t raw_plane = (n + 7) / 8 * info->raw_bits;
+    const uint64_t raw_plane =
+        codec::plan::RawPlaneBytes(n, info->raw_bits, codec::plan::TileLog2(info->bytes, n));
     KVF_CUDA(cudaStreamWaitEvent(w.side, w.planned, 0), "wait for the split");
     KVF_CUDA(cudaMemcpyAsync(&w.host->estimate, &w.ctl->estimate, sizeof(uint64_t), cudaMemcpyDeviceToHost, w.side),
              "copy estimate");
