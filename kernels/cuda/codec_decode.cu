@@ -714,12 +714,15 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
       if (ch_idx >= C) ch_idx -= C;
     }
   };
+  // The first element of the segment that has the carry: a carrying tile's
+  // last (a carrying tile is whole); none (all ones) otherwise. One
+  // register for `carries` and n.
+  const uint32_t carry_at = carries ? n - kSeg : ~0u;
   for (uint32_t seg = 0; seg * kSeg < n; ++seg) {
     uint2 raw8[kSegPieces];
     uint32_t rlead = 0;
     const bool whole = seg * kSeg + kSeg <= n;
-    // The tile's last segment: a carrying tile's has the carry (a carrying tile is whole).
-    const bool carry_seg = carries && (seg + 1) * kSeg == n;
+    const bool carry_seg = seg * kSeg == carry_at;
     const uint32_t first = kIsBf16<E> ? 0 : FirstStaged<E>(carry_seg);
     refill(wb);  // before FetchRaw: the ring's waits count its own groups, the newest
     if constexpr (kIsBf16<E>) {
@@ -746,7 +749,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   CpAsyncWait<0>();
   const uint32_t wpos = (wb - lead) / 2;
   bad |= wpos > nwords;
-  bad |= carries ? x >> 16 != 1 : x != kL;  // back at the start: 2^16, or 2^16 | the lane's carry
+  bad |= carry_at != ~0u ? x >> 16 != 1 : x != kL;  // back at the start: 2^16, or 2^16 | the lane's carry
   bad |= ((128 + 2 * wpos + 3) & ~3u) != size;
   return __any_sync(0xffffffffu, bad);
 }
