@@ -53,9 +53,10 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 // warp each on a GPU, so smaller tiles mean more parallel work per chunk, at
 // 128 bytes of final rANS states per tile (64 of them the carry, below, in
 // version 3). Elements of 2 and 4 bytes use 8192-symbol tiles from 256 Ki to
-// 32 Mi elements: in version 2 the states cost ~0.45% of bf16's ratio there. Below, chunks are small enough that their ratio matters
-// more (partial tiles cost the most; per-layer KV planes of 20-70 KiB would
-// lose 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
+// 32 Mi elements: in version 2 the states cost ~0.45% of bf16's ratio there.
+// Below, chunks are small enough that their ratio matters more (partial
+// tiles cost the most; per-layer KV planes of 20-70 KiB would lose
+// 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
 // elements, whose coded tiles are smallest, always use 16384.
 constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
 // Header byte 4. Version 1 had no tile size field; version 2 started every
@@ -77,8 +78,8 @@ KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
 // the information they hold, instead of about 16. A RAW tile appends the
 // carry bytes after its packed symbols. Only tiles of 2^tile_log2 elements
 // carry, and only dtypes with raw bits (a tile's part of the plane is then
-// at least 3 KiB). Offsets below are of the "whole plane", the raw plane as
-// version 2 laid it out: tile t's part starts at t * TileRawBytes there.
+// at least 3 KiB). The "whole plane" is the raw plane as version 2 laid it
+// out, every carry in it: tile t's part starts at t * TileRawBytes there.
 constexpr uint32_t kCarryBytes = 64;
 KVF_HD constexpr uint64_t TileRawBytes(uint32_t raw_bits, uint32_t tile_log2) {
   return (uint64_t{1} << tile_log2) / 8 * raw_bits;
@@ -90,19 +91,11 @@ KVF_HD constexpr uint64_t CarryTiles(uint64_t elements, uint32_t raw_bits, uint3
 KVF_HD constexpr uint64_t RawPlaneBytes(uint64_t elements, uint32_t raw_bits, uint32_t tile_log2) {
   return (elements + 7) / 8 * raw_bits - kCarryBytes * CarryTiles(elements, raw_bits, tile_log2);
 }
-// Where byte o of the whole plane is: in the chunk's plane at *at (returns
-// true), or carry byte *at of tile *tile (returns false).
-KVF_HD bool PlaneByte(uint64_t o, uint32_t raw_bits, uint32_t tile_log2, uint64_t elements, uint64_t* at,
-                             uint64_t* tile) {
-  const uint64_t s = TileRawBytes(raw_bits, tile_log2), t = o / s, r = o - t * s;
-  const uint64_t carrying = CarryTiles(elements, raw_bits, tile_log2);
-  *tile = t;
-  if (t < carrying && r >= s - kCarryBytes) {
-    *at = r - (s - kCarryBytes);
-    return false;
-  }
-  *at = o - kCarryBytes * (t < carrying ? t : carrying);
-  return true;
+// Bytes of the whole plane before tile t's part that tiles carry: a byte of
+// tile t's part outside its carry is at (its whole-plane offset) - this in
+// the chunk's plane.
+KVF_HD constexpr uint64_t CarriedBefore(uint64_t tile, uint64_t carry_tiles) {
+  return kCarryBytes * (tile < carry_tiles ? tile : carry_tiles);
 }
 
 // Large bf16 chunks coded without channel groups take their order-0 table

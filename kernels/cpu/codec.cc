@@ -787,7 +787,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     const uint64_t e0 = t * tile, e1 = std::min(n, e0 + tile);
     const bool carries = t < carry_tiles;
     // Tiles before t each left kCarryBytes of their part out of the plane.
-    uint8_t* const plane = raw_out + t * tile_raw - plan::kCarryBytes * std::min<uint64_t>(t, carry_tiles);
+    uint8_t* const plane = raw_out + t * tile_raw - plan::CarriedBefore(t, carry_tiles);
     uint8_t* const tile_carry = carries ? carry.data() + t * plan::kCarryBytes : nullptr;
     if (o.dtype == DType::kBF16) {  // the common case: a raw byte per element
       const uint64_t keep = carries ? e1 - e0 - plan::kCarryBytes : e1 - e0;
@@ -1082,7 +1082,7 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
                              carries ? carry : nullptr);
       if (!status[t].ok()) return;
       // The tile's part of the whole plane: the chunk's plane, then its carry.
-      const uint8_t* plane = p.raw_plane + t * tile_raw - plan::kCarryBytes * std::min<uint64_t>(t, carry_tiles);
+      const uint8_t* plane = p.raw_plane + t * tile_raw - plan::CarriedBefore(t, carry_tiles);
       if (p.info.dtype == DType::kBF16) {
         auto join = [&](uint64_t a, uint64_t len, const uint8_t* raw) {
           if (simd) return JoinBf16Avx512(sym + a, raw, 0, len, out + 2 * a);

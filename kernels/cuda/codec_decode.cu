@@ -723,7 +723,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     uint32_t rlead = 0;
     const bool whole = seg * kSeg + kSeg <= n;
     const bool carry_seg = seg * kSeg == carry_at;
-    const uint32_t first = kIsBf16<E> ? 0 : FirstStaged<E>(carry_seg);
+    const uint32_t first = FirstStaged<E>(carry_seg);  // 0 for bf16, which stages nothing
     refill(wb);  // before FetchRaw: the ring's waits count its own groups, the newest
     if constexpr (kIsBf16<E>) {
       LoadRaw8(s, raw, begin + seg * kSeg, raw_aligned, raw8);
@@ -804,7 +804,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   const uint8_t* tile = in + tile_off;
   // The whole plane's offsets (see DecodeCodedTile) from the tile's raw part on.
   const bool carries = t < s.carry_tiles;
-  const uint8_t* raw = in + s.raw_off - plan::kCarryBytes * static_cast<uint64_t>(min(t, s.carry_tiles));
+  const uint8_t* raw = in + s.raw_off - plan::CarriedBefore(t, s.carry_tiles);
   uint8_t* st = sh.stage[warp];
   const bool raw_aligned = reinterpret_cast<uintptr_t>(raw) % 8 == 0;
   if (entry & kTileRaw) {
@@ -815,10 +815,11 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       uint2 raw8[kSegPieces];
       uint32_t rlead = 0;
       const bool carry_seg = carries && e0 + kSeg == n;
+      const uint32_t first = FirstStaged<E>(carry_seg);
       if (kIsBf16<E>) {
         LoadRaw8(s, raw, begin + e0, raw_aligned, raw8);
       } else if (carry_seg) {
-        FetchRaw<E>(raw, begin + e0, FirstStaged<E>(true), sh.raw[warp], &rlead);
+        FetchRaw<E>(raw, begin + e0, first, sh.raw[warp], &rlead);
       }
       UnpackRawSymbols<E>(tile, packed, e0, n, st);
       if (carry_seg) {
@@ -828,8 +829,8 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
         PatchCarry<E>(carry, raw8, sh.raw[warp], rlead);
       }
       __syncwarp();
-      EmitSegment<E>(s, raw, begin + e0, st, raw8, carry_seg ? sh.raw[warp] : nullptr, rlead,
-                     kIsBf16<E> ? 0 : FirstStaged<E>(carry_seg), sh.key, &sum, gsum);
+      EmitSegment<E>(s, raw, begin + e0, st, raw8, carry_seg ? sh.raw[warp] : nullptr, rlead, first, sh.key, &sum,
+                     gsum);
       __syncwarp();
     }
     return false;

@@ -43,7 +43,7 @@ struct ChunkPlan {
   uint32_t tile_log2, tiles;      // symbols per tile (log2), tiles
   // The carry (plan::kCarryBytes): tiles [0, carry_tiles) leave the last
   // kCarryBytes of their tile_raw bytes of raw plane to their states.
-  uint64_t tile_raw, whole_plane;  // a whole tile's raw bytes; the plane with every carry in it
+  uint64_t tile_raw;  // a whole tile's raw bytes
   uint32_t carry_tiles;
   uint32_t tables, shift;         // tables chosen; group = group16 >> shift
   uint32_t stored, grouping;      // STORED already decided; KV-aware candidates considered
@@ -121,7 +121,6 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
       p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));
       p.raw_plane = plan::RawPlaneBytes(p.n, p.e.raw_bits, p.tile_log2);
-      p.whole_plane = (p.n + 7) / 8 * p.e.raw_bits;
       p.tile_raw = plan::TileRawBytes(p.e.raw_bits, p.tile_log2);
       p.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(p.n, p.e.raw_bits, p.tile_log2));
       p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
@@ -187,10 +186,10 @@ __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
 }
 
 // Where the raw bytes of a 4 KiB checksum block go (a block lies in one
-// tile): byte o of the whole plane (plan::PlaneByte) into the chunk's plane,
-// which the carrying tiles before it left kCarryBytes each, or, from `from`
-// on (the tile's carry; never when the tile does not carry), into its carry
-// bytes. The carry's bounds are multiples of 64 in the whole plane, so a
+// tile): byte o of the whole plane into the chunk's plane, which the
+// carrying tiles before it left kCarryBytes each (plan::CarriedBefore), or,
+// from `from` on (the tile's carry; never when the tile does not carry), into
+// its carry bytes. The carry's bounds are multiples of 64 in the whole plane, so a
 // piece of 8 or 16 bytes is wholly in or out of it.
 struct PlaneOut {
   uintptr_t plane, carry;  // + o: the address of whole-plane byte o
@@ -198,7 +197,7 @@ struct PlaneOut {
   __device__ __forceinline__ PlaneOut(const ChunkPlan& p, uint8_t* raw_out, uint8_t* carry_bytes, uint64_t blk) {
     const uint64_t tile = blk / p.e.bytes >> p.tile_log2;
     const uint64_t carrying = p.carry_tiles;
-    plane = reinterpret_cast<uintptr_t>(raw_out) - plan::kCarryBytes * min(tile, carrying);
+    plane = reinterpret_cast<uintptr_t>(raw_out) - plan::CarriedBefore(tile, carrying);
     from = tile < carrying ? (tile + 1) * p.tile_raw - plan::kCarryBytes : ~uint64_t{0};
     carry = reinterpret_cast<uintptr_t>(carry_bytes) + tile * plan::kCarryBytes - (tile + 1) * p.tile_raw +
             plan::kCarryBytes;
@@ -322,15 +321,17 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, cons
         __syncwarp();
         continue;
       }
-      // Cut at the end of the raw plane (a short last piece).
-      const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), p.whole_plane - start));
+      // Cut at the end of the raw plane (a short last piece), of the whole
+      // plane: with every tile's carry, CarriedBefore(tiles) bytes more.
+      const uint64_t whole_plane = p.raw_plane + plan::CarriedBefore(p.tiles, p.carry_tiles);
+      const uint32_t n = kWhole ? span : static_cast<uint32_t>(min(static_cast<uint64_t>(span), whole_plane - start));
       for (uint32_t o = 0; o < n; ++o) {
         *raw_out.At(start + o) = static_cast<uint8_t>(o < 8 ? lo >> (8 * o) : hi >> (8 * (o - 8)));
       }
       // The last piece also zeroes the rest of the plane's last group (fp32:
       // a piece is half a group).
       if (off + 16 >= p.bytes) {
-        for (uint64_t b = start + span; b < p.whole_plane; ++b) *raw_out.At(b) = 0;
+        for (uint64_t b = start + span; b < whole_plane; ++b) *raw_out.At(b) = 0;
       }
     }
   }
@@ -939,7 +940,7 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
   // this one; this tile's own carry (its last kCarryBytes elements, in the
   // last segment) is in its states.
   const bool carries = tile < p.carry_tiles;
-  uint8_t* const plane = p.out + kHeader - plan::kCarryBytes * static_cast<uint64_t>(min(tile, p.carry_tiles));
+  uint8_t* const plane = p.out + kHeader - plan::CarriedBefore(tile, p.carry_tiles);
   uint32_t unseen = 0;
   auto fetch = [&](uint32_t sg) {  // whole 16-byte pieces never straddle blocks of a list
     const uint64_t off = 2 * (begin + 512ull * sg) + 16 * lane;

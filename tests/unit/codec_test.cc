@@ -391,8 +391,8 @@ TEST(Codec, WholeTilesCarryTheEndOfTheirRawPlanePart) {
     uint16_t count;
     std::memcpy(&count, &chunk[64 + raw_plane + 2], 2);
     const size_t dir = 64 + raw_plane + 4 + 2 * count;
-    size_t at = dir + 4 * (kWhole + 1);
-    at += (4 - at % 4) % 4;
+    const size_t tile0 = dir + 4 * (kWhole + 1) + (4 - (dir + 4 * (kWhole + 1)) % 4) % 4;
+    size_t at = tile0;
     for (uint32_t t = 0; t < kWhole; ++t) {
       uint32_t e;
       std::memcpy(&e, &chunk[dir + 4 * t], 4);
@@ -408,7 +408,7 @@ TEST(Codec, WholeTilesCarryTheEndOfTheirRawPlanePart) {
     EXPECT_EQ(Decoded(chunk, in.size()), in);
     // A carry bit flipped in tile 0 is not decoded into the output unnoticed.
     auto bad = chunk;
-    bad[dir + 4 * (kWhole + 1) + (4 - (dir + 4 * (kWhole + 1)) % 4) % 4 + (noise ? kTile + 9 : 4 * 5)] ^= 1;
+    bad[tile0 + (noise ? kTile + 9 : 4 * 5)] ^= 1;
     std::vector<uint8_t> out(in.size());
     EXPECT_FALSE(Decode(bad.data(), bad.size(), out.data(), out.size()).ok());
   }
