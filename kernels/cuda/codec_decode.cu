@@ -909,7 +909,14 @@ __device__ __forceinline__ void SumDirectory(const uint8_t* dir, uint32_t tiles,
 // slot table in shared memory, a grouped chunk its compact tables.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
 // Before Parse is done the block computes the checksum's position keys.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
+// kSmall: a call of few tiles (fewer warps a block than kWarpsPerBlock,
+// WarpsPerTileBlock), which has at most one warp a scheduler and does not
+// use the occupancy: that instance has the registers to spill nothing (122
+// against 64, where the kernel spills 40/72 bytes). Measured on an H100:
+// one 4 MiB chunk decodes 1-3.5 us faster (bf16 42.9-44.0 -> 41.6-42.5 us,
+// fp32 72.4-78.0 -> 68.8-69.1 us, KV-aware 99.1-100.1 -> 93.7-94.6 us).
+template <bool kSmall = false>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
     DecodeKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws) {
   extern __shared__ uint8_t smem_raw[];
   DecodeShared& sh = *reinterpret_cast<DecodeShared*>(smem_raw);
@@ -999,7 +1006,9 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * 8 + 256;
-  if (cudaFuncSetAttribute(DecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(DecodeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(sizeof(DecodeShared))) != cudaSuccess ||
+      cudaFuncSetAttribute(DecodeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess) {
     return absl::InternalError("cannot give the decode kernel its shared memory");
   }
@@ -1033,7 +1042,7 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {
     const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
-    e = Launch(DecodeKernel, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
+    e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
                chunks, status, ws);
   }
   if (e == cudaSuccess) e = Launch(FinishKernel, (count + 127) / 128, 128, 0, stream, status, ws, count);
