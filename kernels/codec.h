@@ -57,9 +57,9 @@ struct EncodeOptions {
   // bytes, empty or tiny chunks).
   std::function<bool(uint64_t raw_plane_bytes, uint64_t estimated_bytes)> on_raw_plane;
   // Symbols per tile, log2. 0 picks plan::TileLog2, as every kvferry encoder
-  // does; 13 or 14 force that size, which every decoder must accept (tests
-  // use it to make chunks other encoders could write). Refused with
-  // on_raw_plane where tiles would cover less than 16 KiB of input
+  // does; 12, 13 or 14 force that size, which every decoder must accept
+  // (tests use it to make chunks other encoders could write). Refused with
+  // on_raw_plane where tiles would cover less than 8 KiB of input
   // (MaxSplitEncodedBytes counts on them never doing so).
   uint32_t tile_log2 = 0;
 };

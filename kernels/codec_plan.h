@@ -51,22 +51,41 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 
 // Symbols per tile, as log2 (header byte 30). Tiles are coded in parallel, one
 // warp each on a GPU, so smaller tiles mean more parallel work per chunk, at
-// 128 bytes of final rANS states per tile (64 of them the carry, below, in
-// version 3). Elements of 2 and 4 bytes use 8192-symbol tiles from 256 Ki to
-// 32 Mi elements: in version 2 the states cost ~0.45% of bf16's ratio there.
-// Below, chunks are small enough that their ratio matters more (partial
-// tiles cost the most; per-layer KV planes of 20-70 KiB would lose
-// 0.3-0.5%); above, more tiles no longer pay on an H100. 1-byte
-// elements, whose coded tiles are smallest, always use 16384.
-constexpr uint32_t kMinTileLog2 = 13, kMaxTileLog2 = 14;
+// 128 bytes of final rANS states per tile (64 of them the carry, below).
+// Elements of 2 and 4 bytes use 4096-symbol tiles from 256 Ki to 2 Mi
+// elements (a 4 MiB bf16 chunk: twice the warps, half the rounds each, for
+// the latency of one chunk), 8192 up to 32 Mi elements, 16384 above. On real
+// bf16 KV the tile's states cost +0.72%, +0.38% and +0.19% of the order-0
+// bound at 4096, 8192 and 16384 symbols (docs/performance.md). Below 256 Ki
+// elements chunks are small enough that their ratio matters more (partial
+// tiles cost the most: per-layer KV planes of 20-70 KiB); above 32 Mi, more
+// tiles no longer pay on an H100. 1-byte elements, whose coded tiles are
+// smallest, always use 16384.
+constexpr uint32_t kMinTileLog2 = 12, kMaxTileLog2 = 14;
 // Header byte 4. Version 1 had no tile size field; version 2 started every
-// rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane.
-constexpr uint8_t kFormatVersion = 3;
+// rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane;
+// version 3 had no 4096-symbol tiles.
+constexpr uint8_t kFormatVersion = 4;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
-  return elem_bytes >= 2 && elements >= (uint64_t{1} << 18) && elements <= (uint64_t{1} << 25) ? 13 : 14;
+  if (elem_bytes < 2 || elements < (uint64_t{1} << 18) || elements > (uint64_t{1} << 25)) return 14;
+  return elements <= (uint64_t{1} << 21) ? 12 : 13;
 }
 KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
   return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;
+}
+// The most tiles TileLog2 gives a chunk of at most input_bytes, over every
+// element size: a tile count is largest at the top of each band of TileLog2.
+constexpr uint64_t MaxTiles(uint64_t input_bytes) {
+  uint64_t most = 0;
+  for (uint32_t elem_bytes = 1; elem_bytes <= 4; elem_bytes *= 2) {
+    const uint64_t top = input_bytes / elem_bytes;
+    for (uint64_t n : {top, uint64_t{1} << 21, uint64_t{1} << 25}) {
+      n = n < top ? n : top;
+      const uint64_t t = TileCount(n, TileLog2(elem_bytes, n));
+      most = t > most ? t : most;
+    }
+  }
+  return most;
 }
 
 // The carry (format version 3): the last kCarryBytes bytes of each whole
@@ -116,9 +135,11 @@ KVF_HD constexpr bool Sampled(bool bf16, uint64_t elements, bool grouping) {
 
 // Largest chunk once the encoder may no longer fall back to STORED (split-send):
 // header, input, the largest map (8192) and tables (16 x 516), and per tile
-// its directory entry and padding (a tile spans at least 16 KiB of input).
+// its directory entry and padding (a tile spans at least kMinTileInputBytes
+// of input: 4096 symbols of 2 bytes).
+constexpr uint64_t kMinTileInputBytes = 8192;
 KVF_HD constexpr uint64_t MaxSplitChunkBytes(uint64_t input_bytes) {
-  return 64 + input_bytes + 16 * 1024 + 256 + 16 * (input_bytes / 16384 + 1);
+  return 64 + input_bytes + 16 * 1024 + 256 + 16 * (input_bytes / kMinTileInputBytes + 1);
 }
 
 // Split-send's estimate of a coded chunk's size in bytes: the header, the raw

@@ -719,11 +719,12 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     return absl::InvalidArgumentError(absl::StrFormat("output capacity %d < %d needed", out_capacity, need));
   }
   if (o.tile_log2 != 0 && (o.tile_log2 < plan::kMinTileLog2 || o.tile_log2 > plan::kMaxTileLog2)) {
-    return absl::InvalidArgumentError(absl::StrFormat("tile_log2 %d is not 0 (automatic), %d or %d", o.tile_log2,
+    return absl::InvalidArgumentError(absl::StrFormat("tile_log2 %d is not 0 (automatic) or %d..%d", o.tile_log2,
                                                       plan::kMinTileLog2, plan::kMaxTileLog2));
   }
-  if (o.tile_log2 != 0 && o.on_raw_plane && (uint64_t{sp.info.bytes} << o.tile_log2) < 16384) {
-    return absl::InvalidArgumentError("with on_raw_plane, tiles must cover at least 16 KiB of input");
+  if (o.tile_log2 != 0 && o.on_raw_plane && (uint64_t{sp.info.bytes} << o.tile_log2) < plan::kMinTileInputBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("with on_raw_plane, tiles must cover at least %d bytes of input", plan::kMinTileInputBytes));
   }
   const uint64_t n = in_bytes / sp.info.bytes;
   if (n > kMaxElements) return absl::InvalidArgumentError("chunk too large");

@@ -127,7 +127,6 @@ class Encoder {
   int max_chunks_ = 0;
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;
-  uint64_t max_elems_ = 0;
   int sms_ = 1;  // of the device the encoder was created on
   void* workspace_ = nullptr;
 };

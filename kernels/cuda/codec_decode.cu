@@ -1,5 +1,6 @@
 // CUDA decoder for kvferry codec chunks. Mirrors kernels/cpu/codec.cc's Parse
 // and Decode; see docs/codec-format.md.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -1002,7 +1003,10 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   auto d = std::unique_ptr<Decoder>(new Decoder());
   d->max_chunks_ = max_chunks;
   d->max_chunk_bytes_ = max_chunk_bytes;
-  d->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
+  // Tiles of any dtype as the encoders size them (plan::TileLog2); a chunk
+  // with more (a tile size forced smaller) is refused as too large.
+  d->max_tiles_ = static_cast<uint32_t>(std::max<uint64_t>(plan::MaxTiles(max_chunk_bytes),
+                                                           (max_chunk_bytes + kMaxTile - 1) / kMaxTile));
   d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * 8 + 256;

@@ -25,7 +25,10 @@
 namespace kvferry::codec::cuda {
 namespace {
 
-constexpr uint32_t kScratch = 128 + 2 * kMaxTile;    // a tile's worst case: states + one word per symbol
+// A tile's scratch area: the worst case, states and one word per symbol. The
+// same for every tile size: Place measured faster with a constant stride
+// (docs/performance.md).
+constexpr uint32_t kScratch = 128 + 2 * kMaxTile;
 constexpr uint32_t kSplitElems = kMaxTile;         // elements per Hist16 CUDA block
 constexpr uint32_t kTilesPerBlock = 8;             // Tiles: at most, one warp each
 
@@ -74,7 +77,7 @@ struct Workspace {
   uint8_t* scratch;            // [chunks][max_tiles][kScratch]
   uint8_t* carry;              // [chunks][max_tiles][kCarryBytes] carry bytes (Split -> Tiles)
   uint64_t* estimate;          // [chunks] split-send estimates, or null
-  uint64_t max_elems;
+  uint64_t max_bytes;
   uint32_t max_tiles;
   uint32_t groups;  // the call may group channels (Rank and Hist16 run)
 };
@@ -114,12 +117,12 @@ __global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t
       p.dtype = ch.dtype;
       p.bytes = ch.bytes;
       p.n = ch.bytes >> (p.e.bytes / 2);
-      if (p.n > ws.max_elems || p.n > kMaxElements) {
+      if (ch.bytes > ws.max_bytes || p.n > kMaxElements) {
         err = kTooLarge;
         break;
       }
       p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
-      p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));
+      p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));  // <= ws.max_tiles (plan::MaxTiles)
       p.raw_plane = plan::RawPlaneBytes(p.n, p.e.raw_bits, p.tile_log2);
       p.tile_raw = plan::TileRawBytes(p.e.raw_bits, p.tile_log2);
       p.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(p.n, p.e.raw_bits, p.tile_log2));
@@ -1328,10 +1331,9 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   auto e = std::unique_ptr<Encoder>(new Encoder());
   e->max_chunks_ = max_chunks;
   e->max_chunk_bytes_ = max_chunk_bytes;
-  e->max_tiles_ = static_cast<uint32_t>((max_chunk_bytes + kMaxTile - 1) / kMaxTile);  // >= tiles of any dtype
+  e->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));  // >= tiles of any dtype
   e->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  e->max_elems_ = static_cast<uint64_t>(e->max_tiles_) * kMaxTile;  // >= elements of any dtype, whole tiles
   const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 4096 * 4) +
@@ -1392,7 +1394,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
   ws.carry = take(n * max_tiles_ * plan::kCarryBytes);
   ws.estimate = split != nullptr ? split->estimates : nullptr;
-  ws.max_elems = max_elems_;
+  ws.max_bytes = max_chunk_bytes_;
   ws.max_tiles = max_tiles_;
   ws.groups = channel_groups ? 1 : 0;
   const uint64_t split_2 =
@@ -1424,7 +1426,11 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   if (max_chunk_bytes_ >= 2 * plan::kSampleMinElements) {
     launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
   }
-  launch(Launch(PlaceKernel, dim3(max_tiles_, count), 256, 0, stream, chunks, status, sizes, ws));
+  // A block a tile. Up to 4 MiB chunks (at most 4096-symbol tiles of 2- and
+  // 4-byte elements, about 1.5 KiB coded) 128 threads copy a bf16 tile in
+  // one step, and twice the blocks fit on an SM.
+  const uint32_t place_threads = max_chunk_bytes_ <= (uint64_t{4} << 20) ? 128 : 256;
+  launch(Launch(PlaceKernel, dim3(max_tiles_, count), place_threads, 0, stream, chunks, status, sizes, ws));
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }

@@ -132,15 +132,15 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   ExpectDecodesBitExact(b);
 }
 
-// Either tile size, whichever an encoder picked: 1-byte elements in
-// 8192-symbol tiles (8 KiB of output a tile), 2- and 4-byte ones in tiles of
-// either size where the encoders would pick the other.
-TEST_F(CudaCodec, DecodesChunksOfEitherTileSize) {
+// Every tile size, whichever an encoder picked: 1-byte elements in 4096- and
+// 8192-symbol tiles (4 and 8 KiB of output a tile), 2- and 4-byte ones in
+// tiles of each size where the encoders would pick another.
+TEST_F(CudaCodec, DecodesChunksOfEveryTileSize) {
   Batch b;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   for (DType d : all) {
     for (size_t n : {size_t{8193}, size_t{100001}, size_t{300001}}) {
-      for (uint32_t log2 : {13u, 14u}) {
+      for (uint32_t log2 : {12u, 13u, 14u}) {
         for (bool kv : {false, true}) {
           EncodeOptions o;
           o.dtype = d;
@@ -169,7 +169,7 @@ TEST_F(CudaCodec, DecodesRawTilesAtAnyAlignment) {
   for (DType d : all) {
     const size_t es = Info(d)->bytes;
     for (size_t n : {size_t{1001}, size_t{16385}, size_t{100003}}) {
-      for (uint32_t log2 : {13u, 14u}) {
+      for (uint32_t log2 : {12u, 13u, 14u}) {
         for (bool half : {false, true}) {
           std::vector<uint8_t> in = KvLike(d, n, 1024, static_cast<uint32_t>(n + log2));
           // Random bytes in every tile (half: every other tile).
@@ -181,9 +181,9 @@ TEST_F(CudaCodec, DecodesRawTilesAtAnyAlignment) {
           EncodeOptions o;
           o.dtype = d;
           o.tile_log2 = log2;
-          // (Split-send needs tiles of 16 KiB of input or more: 1-byte
-          // elements in 8 KiB tiles code only the half that shrinks.)
-          if ((es << log2) >= 16384) o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
+          // (Split-send needs tiles of 8 KiB of input or more: 1-byte
+          // elements in 4 KiB tiles code only the half that shrinks.)
+          if ((es << log2) >= plan::kMinTileInputBytes) o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
           std::vector<uint8_t> chunk(MaxSplitEncodedBytes(in.size()));
           auto size = Encode(o, in.data(), in.size(), chunk.data(), chunk.size());
           ASSERT_TRUE(size.ok()) << size.status();
@@ -602,6 +602,62 @@ TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
   cudaFree(dh);
   cudaFree(dstatus);
   cudaFree(dsizes);
+}
+
+// An encoder or decoder sized for 1 MiB chunks refuses a 2 MiB one (more
+// tiles than its workspace and grids hold) with a clear status, and writes
+// nothing, rather than running past its workspace.
+TEST_F(CudaCodec, ChunksLargerThanTheCodersWereSizedForAreRefused) {
+  const auto input = KvLike(DType::kBF16, 1 << 20, 1024, 6);  // 2 MiB: 256 tiles of 4096 symbols
+  const auto cpu = EncodeCpu(EncodeOptions{}, input);
+  auto enc = cuda::Encoder::Create(1, input.size() / 2);
+  auto dec = cuda::Decoder::Create(1, input.size() / 2);
+  ASSERT_TRUE(enc.ok() && dec.ok());
+  uint8_t *in = nullptr, *out = nullptr;
+  const size_t cap = MaxEncodedBytes(input.size());
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&in), cap));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&out), cap));
+  CUDA_OK(cudaMemcpy(in, input.data(), input.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(out, 0xee, cap));
+  cuda::EncodeChunk e;
+  e.in.data = in;
+  e.bytes = input.size();
+  e.out = out;
+  e.out_capacity = cap;
+  cuda::EncodeChunk* de = nullptr;
+  int32_t* dstatus = nullptr;
+  uint64_t* dsize = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&de), sizeof(e)));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 4));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsize), 8));
+  CUDA_OK(cudaMemcpy(de, &e, sizeof(e), cudaMemcpyHostToDevice));
+  CUDA_OK((*enc)->EncodeAsync(de, 1, dsize, dstatus, nullptr));
+  int32_t status = -1;
+  uint64_t size = 1;
+  CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status, cuda::kTooLarge);
+  EXPECT_EQ(cuda::ToStatus(status).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(size, 0u);
+  std::vector<uint8_t> written(cap);
+  CUDA_OK(cudaMemcpy(written.data(), out, cap, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::all_of(written.begin(), written.end(), [](uint8_t v) { return v == 0xee; }));
+
+  CUDA_OK(cudaMemcpy(in, cpu.data(), cpu.size(), cudaMemcpyHostToDevice));  // the CPU's chunk, decoded
+  cuda::DeviceChunk d;
+  d.data = in;
+  d.bytes = cpu.size();
+  d.out.data = out;
+  d.out_capacity = input.size();
+  cuda::DeviceChunk* dd = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dd), sizeof(d)));
+  CUDA_OK(cudaMemcpy(dd, &d, sizeof(d), cudaMemcpyHostToDevice));
+  CUDA_OK((*dec)->DecodeAsync(dd, 1, dstatus, nullptr));
+  CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status, cuda::kTooLarge);
+  CUDA_OK(cudaMemcpy(written.data(), out, cap, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::all_of(written.begin(), written.end(), [](uint8_t v) { return v == 0xee; }));
+  for (void* p : std::initializer_list<void*>{in, out, de, dd, dstatus, dsize}) cudaFree(p);
 }
 
 // A paged KV cache: the encoder gathers from `nblocks` shuffled blocks of a

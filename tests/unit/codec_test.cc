@@ -83,7 +83,7 @@ TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
     const uint32_t es = Info(d)->bytes;
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{33}, size_t{1001}, kMaxTileSymbols / 2 - 1,
                      kMaxTileSymbols / 2, kMaxTileSymbols / 2 + 1, kMaxTileSymbols - 1, kMaxTileSymbols,
-                     kMaxTileSymbols + 1, 3 * kMaxTileSymbols + 17, size_t{300000}}) {
+                     kMaxTileSymbols + 1, 3 * kMaxTileSymbols + 17, size_t{300000}, (size_t{1} << 21) + 1}) {
       auto in = KvLike(d, n, 128, static_cast<uint32_t>(n));
       EncodeOptions o;
       o.dtype = d;
@@ -97,21 +97,22 @@ TEST(Codec, RoundTripsEveryDtypeAndSizeClass) {
       ASSERT_TRUE(info.ok()) << info.status();
       EXPECT_EQ(info->elements, n);
       EXPECT_EQ(info->original_bytes, n * es);
-      if (!info->stored) {  // 8192-symbol tiles for 2- and 4-byte elements from 256 Ki, else 16384
-        EXPECT_EQ(info->tile_log2, es >= 2 && n >= (1u << 18) ? 13u : 14u) << DTypeName(d) << " n=" << n;
+      if (!info->stored) {  // for 2- and 4-byte elements 4096-symbol tiles from 256 Ki, 8192 above 2 Mi
+        const uint32_t want = es < 2 || n < (1u << 18) ? 14u : n <= (1u << 21) ? 12u : 13u;
+        EXPECT_EQ(info->tile_log2, want) << DTypeName(d) << " n=" << n;
         EXPECT_EQ(info->tiles, plan::TileCount(n, info->tile_log2));
       }
     }
   }
 }
 
-// Decoders accept either tile size for any chunk; an encoder may be told
-// which to write. 1-byte elements in 8192-symbol tiles (8 KiB of input a
-// tile) are a size no kvferry encoder picks on its own.
-TEST(Codec, EitherTileSizeRoundTripsAndIsRecorded) {
+// Decoders accept every tile size for any chunk; an encoder may be told
+// which to write. 1-byte elements in 4096- or 8192-symbol tiles (4 or 8 KiB
+// of input a tile) are sizes no kvferry encoder picks on its own.
+TEST(Codec, EveryTileSizeRoundTripsAndIsRecorded) {
   for (DType d : kAll) {
-    for (size_t n : {size_t{1}, size_t{8193}, size_t{100001}}) {
-      for (uint32_t log2 : {13u, 14u}) {
+    for (size_t n : {size_t{1}, size_t{4097}, size_t{8193}, size_t{100001}}) {
+      for (uint32_t log2 : {12u, 13u, 14u}) {
         for (bool kv : {false, true}) {
           EncodeOptions o;
           o.dtype = d;
@@ -137,19 +138,21 @@ TEST(Codec, RejectsTileSizesOutsideTheFormat) {
   std::vector<uint8_t> out(MaxSplitEncodedBytes(in.size()));
   EncodeOptions o;
   o.dtype = DType::kFP8E4M3;
-  for (uint32_t bad : {1u, 12u, 15u, 40u}) {
+  for (uint32_t bad : {1u, 11u, 15u, 40u}) {
     o.tile_log2 = bad;
     EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
   }
-  // Split-send's size bound counts on tiles of at least 16 KiB of input.
-  o.tile_log2 = 13;
+  // Split-send's size bound counts on tiles of at least 8 KiB of input.
+  o.tile_log2 = 12;
   o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
   EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  o.tile_log2 = 14;
-  EXPECT_TRUE(Encode(o, in.data(), in.size(), out.data(), out.size()).ok());
+  for (uint32_t log2 : {13u, 14u}) {
+    o.tile_log2 = log2;
+    EXPECT_TRUE(Encode(o, in.data(), in.size(), out.data(), out.size()).ok()) << log2;
+  }
 }
 
 TEST(Codec, CompressesKvLikeBf16AndKvAwareModeIsNoWorse) {
@@ -285,9 +288,10 @@ TEST(Codec, ConstantDataShrinksToAlmostNothing) {
   for (size_t i = 0; i < in.size(); i += 2) in[i + 1] = 0x3f;  // bf16 0x3f00 everywhere
   EncodeOptions o;
   auto chunk = Encoded(o, in);
-  // The raw plane (1 byte/element) stays, and each 8192-symbol tile keeps
-  // its 128 bytes of final states.
-  EXPECT_LT(chunk.size(), in.size() / 2 + 64 * (128 + 4) + 1024);
+  // The raw plane (1 byte/element) stays, and each of the 128 tiles (4096
+  // symbols) keeps its 128 bytes of final states, 64 of them its carry (out
+  // of the plane), and its directory entry.
+  EXPECT_LT(chunk.size(), in.size() / 2 + 128 * (64 + 4) + 1024);
   EXPECT_EQ(Decoded(chunk, in.size()), in);
   o.dtype = DType::kBytes;
   auto bytes = Encoded(o, in);  // opaque: 0x00,0x3f alternate -> 1 bit per byte
@@ -360,7 +364,7 @@ uint32_t DirectoryEntry(const std::vector<uint8_t>& chunk, uint32_t t) {
   return e;
 }
 
-// Format version 3: the last 64 bytes of each whole tile's raw plane part
+// Since format version 3, the last 64 bytes of each whole tile's raw plane part
 // leave the plane and ride in the tile: 2 bytes in each lane's initial rANS
 // state (2^16 | u16), which the decoder's final state gives back, or after a
 // RAW tile's packed symbols. A partial last tile keeps its raw part.
@@ -378,7 +382,7 @@ TEST(Codec, WholeTilesCarryTheEndOfTheirRawPlanePart) {
     auto size = Encode(o, in.data(), in.size(), chunk.data(), chunk.size());
     ASSERT_TRUE(size.ok()) << size.status();
     chunk.resize(*size);
-    ASSERT_EQ(chunk[4], 3);
+    ASSERT_EQ(chunk[4], kFormatVersion);
     uint64_t raw_plane;
     std::memcpy(&raw_plane, &chunk[40], 8);
     ASSERT_EQ(raw_plane, (n + 7) / 8 * 8 - kWhole * 64);
@@ -510,23 +514,24 @@ TEST(Codec, CorruptedOrTruncatedChunksFailAndNeverLie) {
 }
 
 // The tile size is a header field: a coded chunk with any other value than
-// 8192 or 16384 symbols (or one that disagrees with its tile count), a stored
-// chunk with one at all, or the older version fails with a reason.
+// 4096, 8192 or 16384 symbols (or one that disagrees with its tile count), a
+// stored chunk with one at all, or an older version fails with a reason.
 TEST(Codec, RejectsBadTileSizesAndOtherVersions) {
-  auto in = KvLike(DType::kBF16, (1 << 18) + 5, 128, 4);
+  auto in = KvLike(DType::kBF16, (1 << 21) + 5, 128, 4);
   const auto chunk = Encoded(EncodeOptions{}, in);
   ASSERT_EQ(chunk[30], 13);
   std::vector<uint8_t> out(in.size());
-  for (uint8_t v : {0, 12, 14, 15, 255}) {
+  for (uint8_t v : {0, 11, 12, 14, 15, 255}) {
     auto bad = chunk;
     bad[30] = v;
     auto r = Decode(bad.data(), bad.size(), out.data(), out.size());
     ASSERT_FALSE(r.ok()) << int{v};
-    // 14 is a valid size, but not this chunk's: the carry (whole tiles) then
-    // gives another raw plane size, checked first.
-    EXPECT_NE(r.status().message().find(v == 14 ? "raw plane size" : "tile"), std::string::npos) << r.status();
+    // 12 and 14 are valid sizes, but not this chunk's: the carry (whole
+    // tiles) then gives another raw plane size, checked first.
+    EXPECT_NE(r.status().message().find(v == 12 || v == 14 ? "raw plane size" : "tile"), std::string::npos)
+        << r.status();
   }
-  for (uint8_t version : {1, 2}) {
+  for (uint8_t version : {1, 2, 3}) {
     auto old = chunk;
     old[4] = version;
     EXPECT_NE(Decode(old.data(), old.size(), out.data(), out.size()).status().message().find(
