@@ -1,4 +1,5 @@
-// Fuzzes the encoder with arbitrary data, dtypes and layout hints: every input
+// Fuzzes the encoder with arbitrary data, dtypes, layout hints and tile sizes
+// (automatic, or forced to each size the format allows): every input
 // round-trips bit-exactly and never grows past the header.
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.dtype = static_cast<DType>(1 + data[0] % 6);
   o.layout = {0, static_cast<uint32_t>(1 + data[1] % 8), static_cast<uint32_t>(1 + data[2] % 64)};
   o.threads = 1;
+  const uint32_t tile_choice = data[0] / 6 % 4;  // 0: automatic, else 12, 13 or 14
+  o.tile_log2 = tile_choice == 0 ? 0 : plan::kMinTileLog2 - 1 + tile_choice;
   const uint32_t es = Info(o.dtype)->bytes;
   const size_t n = (size - 3) / es * es;
   const uint8_t* in = data + 3;
