@@ -133,6 +133,33 @@ TEST(Codec, EveryTileSizeRoundTripsAndIsRecorded) {
   }
 }
 
+// plan::MaxTiles sizes the CUDA coders: no chunk of at most that many bytes
+// gets more tiles from plan::TileLog2, whatever its dtype, and some chunk
+// gets exactly that many.
+TEST(Codec, MaxTilesBoundsEveryChunkOfThatSize) {
+  std::mt19937_64 rng(8);
+  for (uint64_t bytes : {uint64_t{1}, uint64_t{8192}, uint64_t{1} << 19, uint64_t{4} << 20, (uint64_t{4} << 20) + 2,
+                         uint64_t{8} << 20, uint64_t{63} << 20, uint64_t{256} << 20}) {
+    const uint64_t most = plan::MaxTiles(bytes);
+    uint64_t seen = 0;
+    for (uint32_t es : {1u, 2u, 4u}) {
+      const uint64_t top = bytes / es;
+      std::vector<uint64_t> ns = {top, top / 2, top / 3};
+      for (uint64_t edge : {uint64_t{1} << 18, uint64_t{1} << 21, uint64_t{1} << 25}) {
+        for (uint64_t n : {edge - 1, edge, edge + 1}) ns.push_back(n);
+      }
+      for (int k = 0; k < 200; ++k) ns.push_back(top == 0 ? 0 : rng() % (top + 1));
+      for (uint64_t n : ns) {
+        if (n > top) continue;
+        const uint64_t tiles = plan::TileCount(n, plan::TileLog2(es, n));
+        EXPECT_LE(tiles, most) << bytes << " bytes, " << es << "-byte elements, n=" << n;
+        seen = std::max(seen, tiles);
+      }
+    }
+    EXPECT_EQ(seen, most) << bytes;
+  }
+}
+
 TEST(Codec, RejectsTileSizesOutsideTheFormat) {
   const auto in = KvLike(DType::kFP8E4M3, 50000, 64, 2);
   std::vector<uint8_t> out(MaxSplitEncodedBytes(in.size()));
