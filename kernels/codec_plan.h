@@ -62,13 +62,17 @@ KVF_HD uint32_t Group16(uint64_t rank, uint64_t channels) { return static_cast<u
 // tiles no longer pay on an H100. 1-byte elements, whose coded tiles are
 // smallest, always use 16384.
 constexpr uint32_t kMinTileLog2 = 12, kMaxTileLog2 = 14;
+// TileLog2's bands for 2- and 4-byte elements: 4096-symbol tiles for
+// [kSmallTilesFrom, kSmallTilesTo] elements, 8192 up to kMidTilesTo.
+constexpr uint64_t kSmallTilesFrom = uint64_t{1} << 18, kSmallTilesTo = uint64_t{1} << 21,
+                   kMidTilesTo = uint64_t{1} << 25;
 // Header byte 4. Version 1 had no tile size field; version 2 started every
 // rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane;
 // version 3 had no 4096-symbol tiles.
 constexpr uint8_t kFormatVersion = 4;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
-  if (elem_bytes < 2 || elements < (uint64_t{1} << 18) || elements > (uint64_t{1} << 25)) return 14;
-  return elements <= (uint64_t{1} << 21) ? 12 : 13;
+  if (elem_bytes < 2 || elements < kSmallTilesFrom || elements > kMidTilesTo) return 14;
+  return elements <= kSmallTilesTo ? 12 : 13;
 }
 KVF_HD constexpr uint64_t TileCount(uint64_t elements, uint32_t tile_log2) {
   return (elements + (uint64_t{1} << tile_log2) - 1) >> tile_log2;
@@ -79,7 +83,7 @@ constexpr uint64_t MaxTiles(uint64_t input_bytes) {
   uint64_t most = 0;
   for (uint32_t elem_bytes = 1; elem_bytes <= 4; elem_bytes *= 2) {
     const uint64_t top = input_bytes / elem_bytes;
-    for (uint64_t n : {top, uint64_t{1} << 21, uint64_t{1} << 25}) {
+    for (uint64_t n : {top, kSmallTilesTo, kMidTilesTo}) {
       n = n < top ? n : top;
       const uint64_t t = TileCount(n, TileLog2(elem_bytes, n));
       most = t > most ? t : most;

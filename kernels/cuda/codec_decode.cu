@@ -1,6 +1,5 @@
 // CUDA decoder for kvferry codec chunks. Mirrors kernels/cpu/codec.cc's Parse
 // and Decode; see docs/codec-format.md.
-#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -1027,10 +1026,10 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   auto d = std::unique_ptr<Decoder>(new Decoder());
   d->max_chunks_ = max_chunks;
   d->max_chunk_bytes_ = max_chunk_bytes;
-  // Tiles of any dtype as the encoders size them (plan::TileLog2); a chunk
+  // Tiles of any dtype as the encoders size them (plan::TileLog2), which is
+  // also at least the STORED copy's 16 KiB pieces (1-byte elements); a chunk
   // with more (a tile size forced smaller) is refused as too large.
-  d->max_tiles_ = static_cast<uint32_t>(std::max<uint64_t>(plan::MaxTiles(max_chunk_bytes),
-                                                           (max_chunk_bytes + kMaxTile - 1) / kMaxTile));
+  d->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));
   d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * 8 + 256;
@@ -1070,8 +1069,9 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {
     const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
-    e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>, dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream,
-               chunks, status, ws);
+    e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>,
+               dim3((max_tiles_ + warps - 1) / warps, count), warps * 32, sizeof(DecodeShared), stream, chunks, status,
+               ws);
   }
   if (e == cudaSuccess) e = Launch(FinishKernel, (count + 127) / 128, 128, 0, stream, status, ws, count);
   if (e != cudaSuccess) return e;
