@@ -70,6 +70,7 @@ struct Workspace {
   uint8_t* group16;            // [chunks][kMaxGroupedChannels]
   uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
   uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
+  const uint64_t* keys;        // [checksum::kWordsPerBlock] checksum::Key(j)
   uint32_t* enc;               // [chunks][16][256] freq | cum << 16
   uint32_t* entry;             // [chunks][max_tiles] directory entries
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
@@ -198,7 +199,7 @@ struct PlaneOut {
   uintptr_t plane, carry;  // + o: the address of whole-plane byte o
   uint64_t from;
   __device__ __forceinline__ PlaneOut(const ChunkPlan& p, uint8_t* raw_out, uint8_t* carry_bytes, uint64_t blk) {
-    const uint64_t tile = blk / p.e.bytes >> p.tile_log2;
+    const uint64_t tile = blk >> (p.e.bytes / 2) >> p.tile_log2;  // element size 1, 2 or 4
     const uint64_t carrying = p.carry_tiles;
     plane = reinterpret_cast<uintptr_t>(raw_out) - plan::CarriedBefore(tile, carrying);
     from = tile < carrying ? (tile + 1) * p.tile_raw - plan::kCarryBytes : ~uint64_t{0};
@@ -221,14 +222,15 @@ struct PlaneOut {
 template <typename E, bool kWhole, bool kContig, bool kAll>
 __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, const PlaneOut& raw_out, bool code,
                                           bool count_symbols, const uint64_t* key, uint32_t (*hist)[32], uint32_t* chsum, uint8_t* rstage,
-                                          kvferry::cuda::Kvsum64Pairs* sum) {
+                                          kvferry::cuda::Kvsum64Pairs* sum, uint32_t piece_begin, uint32_t piece_end) {
   constexpr uint32_t per = 16 / E::bytes, width = E::raw_bits, span = per * width / 8;
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t C = static_cast<uint32_t>(p.channels);
   const bool raw8_aligned = raw_out.plane % 8 == 0;
-  // A lane's 8 pieces in rounds of 2: the loads first, then the work.
-  constexpr uint32_t kPieces = checksum::kBlockBytes / 512, kBatch = 2;
-  for (uint32_t i0 = 0; i0 < kPieces; i0 += kBatch) {
+  // A lane's pieces [piece_begin, piece_end) of the block's 8 in rounds of 2:
+  // the loads first, then the work.
+  constexpr uint32_t kBatch = 2;
+  for (uint32_t i0 = piece_begin; i0 < piece_end; i0 += kBatch) {
     uint4 qs[kBatch];
 #pragma unroll
     for (uint32_t i = 0; i < kBatch; ++i) {
@@ -340,12 +342,15 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, cons
   }
 }
 
-// One pass over the input. A CUDA block takes kSplitWarps x per_warp 4 KiB
-// checksum blocks, a warp per_warp of them (warp + 8 j), a lane one
-// 16-byte piece per step (lane + 32 i):
+// One pass over the input. A CUDA block takes kSplitWarps x per_warp / subs
+// 4 KiB checksum blocks: `subs` warps share each block (warps w .. w + subs
+// - 1, each 8 / subs of a lane's pieces), a warp group per_warp of them
+// (group + kSplitWarps / subs x j), a lane one 16-byte piece per step
+// (lane + 32 i):
 //   - kvsum64: the piece's two words belong to checksum lanes 2 (lane % 4)
 //     and 2 (lane % 4) + 1, summed per lane in Kvsum64Pairs (kvsum64.cuh),
-//     as the decoder sums what it writes;
+//     as the decoder sums what it writes; the warps of a group add their
+//     sums in shared memory before the first one finishes the block;
 //   - the raw plane: a piece holds 16 / eb elements, a whole number of bytes
 //     of raw plane for every dtype (at most 12), packed and written in place;
 //   - the order-0 histogram: 16-bit counters, two symbols a word, one column
@@ -355,51 +360,71 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, cons
 // STORED chunks need only the checksum. Sampled chunks count the symbols of
 // every 16th block only; of fused chunks Split reads only those blocks, for
 // their symbols (the rest is Tiles' work).
-// per_warp is 2 (the block-wide work, keys and histogram merge, spread
-// over 64 KiB), or 1 when a call has too few blocks to fill the SMs.
+// per_warp is 2 (the block-wide work, histogram clear and merge, spread over
+// 64 KiB), or 1 when a call has too few blocks to fill the SMs; subs is 4
+// (per_warp 1) when even then a scheduler would hold few warps, whose
+// latency the kernel would take: a call of up to about 4 MiB on an H100.
 constexpr uint32_t kSplitWarps = 8;
-constexpr uint32_t kSplitShared = checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4;
+constexpr uint32_t kSplitMaxSubsLog2 = 2, kSplitMaxSubs = 1u << kSplitMaxSubsLog2;
+// Shared memory: keys, histogram columns, channel sums, the groups' sums.
+constexpr uint32_t kSplitShared =
+    checksum::kWordsPerBlock * 8 + 128 * 32 * 4 + kMaxGroupedChannels * 4 + kSplitWarps * 4 * 16;
 // A warp's run of raw bytes (SplitWarp, whole blocks: 32 pieces of up to 12),
 // in the channel sums' space, which whole blocks never use.
 constexpr uint32_t kSplitRawStage = 384;
 static_assert(kSplitWarps * kSplitRawStage <= kMaxGroupedChannels * 4, "raw stages fit the channel sums' space");
 
 __global__ void __launch_bounds__(kSplitWarps * 32, 4)
-    SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws, uint32_t per_warp) {
-  WaitForPrevious();
-  const int c = blockIdx.y;
-  if (status[c] != kOk) return;
-  const ChunkPlan p = ws.plan[c];
-  const uint64_t span = kSplitWarps * per_warp * checksum::kBlockBytes;
-  const uint64_t b0 = blockIdx.x * span;
-  const uint64_t stride = p.fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
-  if (b0 * stride >= p.bytes) return;
+    SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws, uint32_t per_warp, uint32_t subs_log2) {
   extern __shared__ uint64_t split_smem[];  // kSplitShared bytes
   uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
   auto hist = reinterpret_cast<uint32_t(*)[32]>(key + checksum::kWordsPerBlock);  // [128][32]
   uint32_t* chsum = &hist[128][0];                                                 // [kMaxGroupedChannels]
   uint8_t* rstage = reinterpret_cast<uint8_t*>(chsum) + (threadIdx.x / 32) * kSplitRawStage;  // whole blocks only
+  auto pairs = reinterpret_cast<ulonglong2(*)[4]>(chsum + kMaxGroupedChannels);  // [kSplitWarps][4]
+  // While the kernel before finishes (nothing here depends on it; the keys
+  // are written once, by Create): the histogram cleared, the keys staged.
+  for (uint32_t k = threadIdx.x; k < 128 * 32 / 4; k += blockDim.x) {
+    reinterpret_cast<uint4*>(&hist[0][0])[k] = make_uint4(0, 0, 0, 0);
+  }
+  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock / 2; k += blockDim.x) {
+    reinterpret_cast<ulonglong2*>(key)[k] = reinterpret_cast<const ulonglong2*>(ws.keys)[k];
+  }
+  WaitForPrevious();
+  const int c = blockIdx.y;
+  // The plan and the chunk's output with the status, not after it: one
+  // round trip to memory, not three.
+  const int32_t st = status[c];
+  const ChunkPlan p = ws.plan[c];
+  uint8_t* const raw_at = chunks[c].out + kHeader;
+  if (st != kOk) return;
+  const uint32_t subs = 1u << subs_log2;
+  const uint32_t groups = kSplitWarps >> subs_log2;  // checksum blocks a round of the block's warps takes
+  const uint64_t span = groups * per_warp * checksum::kBlockBytes;
+  const uint64_t b0 = blockIdx.x * span;
+  const uint64_t stride = p.fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
+  if (b0 * stride >= p.bytes) return;
   const bool code = !p.stored;
   const uint32_t C = static_cast<uint32_t>(p.channels);
-  for (uint32_t k = threadIdx.x; k < 128 * 32; k += blockDim.x) (&hist[0][0])[k] = 0;
-  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
   if (code && p.grouping) {
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
   }
   __syncthreads();
-  const uint32_t warp = threadIdx.x / 32;
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t group = warp >> subs_log2, sub = warp & (subs - 1);
   // A fused chunk: only the sample's symbols, a warp's 4 KiB in one round of
-  // loads (Tiles writes its raw plane and sums its checksum).
-  for (uint32_t j = 0; p.fused && j < per_warp; ++j) {
-    const uint64_t blk = (b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes) * stride;
+  // loads (Tiles writes its raw plane and sums its checksum); the first warp
+  // of a group (fused chunks are large, where subs is 1).
+  for (uint32_t j = 0; p.fused && sub == 0 && j < per_warp; ++j) {
+    const uint64_t blk = (b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes) * stride;
     if (blk >= p.bytes) break;  // uniform over the warp
     constexpr uint32_t kPieces = checksum::kBlockBytes / 512;
     uint4 q[kPieces];
 #pragma unroll
     for (uint32_t i = 0; i < kPieces; ++i) {
-      q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * i + 16 * (threadIdx.x % 32)));
+      q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * i + 16 * lane));
     }
-    uint32_t* col = &hist[0][threadIdx.x % 32];
+    uint32_t* col = &hist[0][lane];
 #pragma unroll
     for (uint32_t i = 0; i < kPieces; ++i) {
 #pragma unroll
@@ -409,44 +434,88 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
       }
     }
   }
+  // (fused chunks never go on from here; every warp of the block does, so
+  // that the groups' barriers are reached by all)
+  const uint32_t pieces = (checksum::kBlockBytes / 512) >> subs_log2;
   for (uint32_t j = 0; !p.fused && j < per_warp; ++j) {
-    const uint64_t blk = b0 + static_cast<uint64_t>(warp + kSplitWarps * j) * checksum::kBlockBytes;
-    if (blk >= p.bytes) break;  // uniform over the warp
-    const bool count_symbols = !p.sampled || blk / checksum::kBlockBytes % plan::kSampleStride == 0;
-    // (fused chunks never come here)
+    const uint64_t blk = b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes;
+    const bool have = blk < p.bytes;  // uniform over the group
     kvferry::cuda::Kvsum64Pairs sum;
-    const PlaneOut out(p, chunks[c].out + kHeader, ws.carry + static_cast<uint64_t>(c) * ws.max_tiles * plan::kCarryBytes,
-                       blk);
-    WithElem(p.dtype, [&](auto e) {
-      using E = decltype(e);
-      if (code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes) {
-        if (p.in.blocks == nullptr) {
-          if (!p.sampled) {
-            SplitWarp<E, true, true, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum);
+    if (have) {
+      const bool count_symbols = !p.sampled || blk / checksum::kBlockBytes % plan::kSampleStride == 0;
+      const PlaneOut out(p, raw_at, ws.carry + static_cast<uint64_t>(c) * ws.max_tiles * plan::kCarryBytes, blk);
+      const uint32_t i0 = sub * pieces, i1 = i0 + pieces;
+      const bool whole = code && !p.grouping && blk + checksum::kBlockBytes <= p.bytes;
+      if (p.dtype == kBf16Dtype && whole && p.in.blocks == nullptr && !p.sampled) {
+        // The common case first: its code then lies near the kernel's own,
+        // with fewer instruction-cache misses (under ncu on an H100, Split
+        // at 4 MiB 11.9 -> 10.9 us).
+        SplitWarp<Bf16, true, true, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum, i0, i1);
+      } else WithElem(p.dtype, [&](auto e) {
+        using E = decltype(e);
+        if (whole) {
+          if (p.in.blocks == nullptr) {
+            if (!p.sampled) {
+              SplitWarp<E, true, true, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum, i0, i1);
+            } else {
+              SplitWarp<E, true, true, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum, i0,
+                                              i1);
+            }
+          } else if (!p.sampled) {
+            SplitWarp<E, true, false, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum, i0, i1);
           } else {
-            SplitWarp<E, true, true, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
+            SplitWarp<E, true, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum, i0,
+                                             i1);
           }
-        } else if (!p.sampled) {
-          SplitWarp<E, true, false, true>(p, blk, out, code, true, key, hist, chsum, rstage, &sum);
         } else {
-          SplitWarp<E, true, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
+          SplitWarp<E, false, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum, i0,
+                                            i1);
         }
-      } else {
-        SplitWarp<E, false, false, false>(p, blk, out, code, count_symbols, key, hist, chsum, rstage, &sum);
+      });
+    }
+    if (subs > 1) {
+      // The group's sums into its first warp (subs is uniform over the grid):
+      // the others fold theirs onto lanes 0..3 (a lane's sums belong to
+      // checksum lanes by lane % 4), which the first adds to its lanes 0..3.
+      if (sub != 0) {
+        for (int o = 4; o < 32; o *= 2) {
+          sum.a += __shfl_xor_sync(0xffffffffu, sum.a, o);
+          sum.b += __shfl_xor_sync(0xffffffffu, sum.b, o);
+        }
+        if (lane < 4) pairs[warp][lane] = make_ulonglong2(sum.a, sum.b);
       }
-    });
-    const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
-    sum.Finish(blk / checksum::kBlockBytes, m, &ws.sum[c]);
+      __syncthreads();
+      if (sub == 0 && lane < 4) {
+        for (uint32_t s = 1; s < subs; ++s) {
+          const ulonglong2 o = pairs[warp + s][lane];
+          sum.a += o.x;
+          sum.b += o.y;
+        }
+      }
+      if (j + 1 < per_warp) __syncthreads();  // read before the next round writes
+    }
+    if (have && sub == 0) {
+      const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
+      sum.Finish(blk / checksum::kBlockBytes, m, &ws.sum[c]);
+    }
   }
   if (!code) return;  // uniform for the block
   __syncthreads();
   {
-    // Symbol k's count: its half of hist[k / 2][*], the columns read rotated
-    // so that a warp's 32 threads hit 32 banks.
-    const uint32_t k = threadIdx.x;
+    // Symbols 2r and 2r + 1 are the halves of hist[r][*]: thread 2r + h sums
+    // 16 of its columns (h = 0: the first 16), read rotated so that a warp's
+    // 32 threads hit 32 banks, and the pair trades halves. A column counts
+    // at most 2048 symbols (fp8, per_warp 2), so 16 columns' halves do not
+    // carry into each other.
+    const uint32_t r = threadIdx.x / 2, h = threadIdx.x % 2;
+    const uint32_t* row = hist[r];
     uint32_t t = 0;
-    for (uint32_t j = 0; j < 32; ++j) t += (hist[k / 2][(j + k) % 32] >> (16 * (k % 2))) & 0xffff;
-    if (t != 0) atomicAdd(&ws.hist[c * 256ull + k], static_cast<unsigned long long>(t));
+#pragma unroll
+    for (uint32_t j = 0; j < 16; ++j) t += row[(16 * h + j + r) % 32];
+    const uint32_t lo = t & 0xffff, hi = t >> 16;
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, h ? lo : hi, 1);
+    const uint32_t n = (h ? hi : lo) + other;  // symbol 2r + h
+    if (n != 0) atomicAdd(&ws.hist[c * 256ull + 2 * r + h], static_cast<unsigned long long>(n));
   }
   if (p.grouping) {
     const uint64_t e_begin = b0 / p.e.bytes, e_end = min(p.n, (b0 + span) / p.e.bytes);
@@ -1334,7 +1403,8 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));  // >= tiles of any dtype
   e->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes = 64 * 16 + (kM + 1) * 4 +
+  // 64 * 24: the regions' alignment (EncodeAsync's take).
+  const uint64_t bytes = 64 * 24 + (kM + 1) * 4 + checksum::kWordsPerBlock * 8 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
                               2 * kMaxGroupedChannels + 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
@@ -1351,13 +1421,22 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
   }
-  // The planner's log2 table (the workspace's first region; see EncodeAsync),
-  // computed by the very function the CPU planner calls.
-  std::vector<uint32_t> log2q16(kM + 1, 0);
-  for (uint32_t f = 1; f <= kM; ++f) log2q16[f] = plan::Log2Q16(f);
+  // The workspace's first two regions (see EncodeAsync): the planner's log2
+  // table, computed by the very function the CPU planner calls, and the
+  // checksum's position keys.
+  const uint64_t keys_at = ((kM + 1) * 4 + 63) & ~uint64_t{63};
+  std::vector<uint8_t> head(keys_at + checksum::kWordsPerBlock * 8, 0);
+  for (uint32_t f = 1; f <= kM; ++f) {
+    const uint32_t v = plan::Log2Q16(f);
+    std::memcpy(head.data() + 4 * f, &v, 4);
+  }
+  for (uint32_t j = 0; j < checksum::kWordsPerBlock; ++j) {
+    const uint64_t k = checksum::Key(j);
+    std::memcpy(head.data() + keys_at + 8 * j, &k, 8);
+  }
   // From pageable memory cudaMemcpy may return before the data has landed, and
   // callers' streams need not wait for the legacy stream: wait for it here.
-  if (cudaMemcpy(e->workspace_, log2q16.data(), log2q16.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+  if (cudaMemcpy(e->workspace_, head.data(), head.size(), cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaStreamSynchronize(0) != cudaSuccess) {
     return absl::InternalError("cannot initialise the encoder workspace");
   }
@@ -1380,6 +1459,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   };
   Workspace ws;
   ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));  // filled by Create
+  ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
   ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
   ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
   ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
@@ -1399,8 +1479,14 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.groups = channel_groups ? 1 : 0;
   const uint64_t split_2 =
       (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
-  const uint32_t split_per_warp = static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
-  const unsigned split_blocks = static_cast<unsigned>(split_per_warp == 2 ? split_2 : 2 * split_2);
+  const uint64_t checksum_blocks = (max_chunk_bytes_ + checksum::kBlockBytes - 1) / checksum::kBlockBytes;
+  // Four warps a checksum block while that keeps the call in one wave of 32
+  // warps an SM.
+  const uint32_t split_subs_log2 =
+      static_cast<uint64_t>(count) * checksum_blocks * kSplitMaxSubs <= 32ull * sms_ ? kSplitMaxSubsLog2 : 0;
+  const uint32_t split_per_warp = split_subs_log2 == 0 && static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
+  const uint64_t split_span = (kSplitWarps >> split_subs_log2) * split_per_warp * checksum::kBlockBytes;
+  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_span - 1) / split_span);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
   cudaError_t e = cudaSuccess;
   auto launch = [&e](cudaError_t r) {
@@ -1408,7 +1494,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   };
   launch(Launch(SetupKernel, count, 256, 0, stream, chunks, status, sizes, ws));
   launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws,
-                split_per_warp));
+                split_per_warp, split_subs_log2));
   if (channel_groups) {
     launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
     launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
