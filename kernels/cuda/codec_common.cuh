@@ -146,13 +146,14 @@ __device__ inline bool MakeAddr(const DeviceBlocks& b, uint64_t need, Addr* a) {
   return true;
 }
 
-// All threads of a block: false if a block pointer is null or misaligned.
-__device__ inline bool BlockPointersOk(const DeviceBlocks& b) {
+// All threads of a block: false if a block pointer is null or misaligned
+// (those of blocks [first, last) only, when given).
+__device__ inline bool BlockPointersOk(const DeviceBlocks& b, uint32_t first = 0, uint32_t last = ~0u) {
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
   if (b.blocks != nullptr) {
-    for (uint32_t k = threadIdx.x; k < b.count; k += blockDim.x) {
+    for (uint32_t k = first + threadIdx.x; k < min(last, b.count); k += blockDim.x) {
       if (b.blocks[k] == nullptr || reinterpret_cast<uintptr_t>(b.blocks[k]) % 16 != 0) bad = 1;
     }
   }
@@ -218,7 +219,7 @@ __device__ __forceinline__ uint32_t Unpack(const uint8_t* packed, uint64_t i, ui
 // stream is still finishing (hiding the launch gap). Every such kernel calls
 // WaitForPrevious() first, which returns once the previous kernel has
 // completed and its writes are visible. The one-block-per-chunk kernels
-// (encoder's Setup and Plan, decoder's Parse) also call LetNextStart(), which
+// (encoder's Plan, decoder's Parse) also call LetNextStart(), which
 // lets the next kernel's blocks be scheduled beside them at once; the wide
 // kernels do not (with Split and Tiles doing so, encode was 2-4% slower at
 // 256 MiB and 16 x 4 MiB, on an H100).

@@ -1,10 +1,9 @@
 // CUDA encoder for kvferry codec chunks: the same bytes as the CPU reference
 // (kernels/cpu/codec.cc Encode), computed in stream-ordered kernels over a
 // batch of chunks (blockIdx.y = chunk throughout):
-//   Setup     check each chunk's request, clear its counters
-//   Split     one pass over the input: kvsum64, the raw plane straight into
-//             the chunk, the order-0 histogram, per-channel symbol sums
-//             (KV-aware mode)
+//   Split     each chunk's request checked and planned; one pass over the
+//             input: kvsum64, the raw plane straight into the chunk, the
+//             order-0 histogram, per-channel symbol sums (KV-aware mode)
 //   Rank      channels ranked by mean exponent -> 16 groups (KV-aware mode)
 //   Hist16    histograms of the 16 channel groups (KV-aware mode)
 //   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
@@ -92,78 +91,44 @@ __device__ __forceinline__ ChunkPlan& SharedPlan() {
   return *reinterpret_cast<ChunkPlan*>(bytes);
 }
 
-// ---- Setup ----------------------------------------------------------------
+// ---- The plan of a request ------------------------------------------------
 
-__global__ void SetupKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
-  WaitForPrevious();
-  LetNextStart();
-  const int c = blockIdx.x;
-  const EncodeChunk ch = chunks[c];
-  ChunkPlan& p = SharedPlan();  // measured on an H100: 5.0 -> 3.5 us for this kernel
-  __shared__ int32_t err;
-  if (threadIdx.x == 0) {
-    err = kOk;
-    sizes[c] = 0;
-    ws.sum[c] = 0;
-    if (ws.estimate != nullptr) ws.estimate[c] = 0;
-    std::memset(&p, 0, sizeof(p));
-    do {
-      // Element sizes are 1, 2 or 4: shifts and masks, not 64-bit divisions.
-      if (!GetElemInfo(ch.dtype, &p.e) || (ch.bytes & (p.e.bytes - 1)) != 0 || ch.out == nullptr ||
-          ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in) ||
-          (!ch.allow_stored && ch.out_capacity < plan::MaxSplitChunkBytes(ch.bytes))) {
-        err = kBadInput;
-        break;
-      }
-      p.dtype = ch.dtype;
-      p.bytes = ch.bytes;
-      p.n = ch.bytes >> (p.e.bytes / 2);
-      if (ch.bytes > ws.max_bytes || p.n > kMaxElements) {
-        err = kTooLarge;
-        break;
-      }
-      p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
-      p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));  // <= ws.max_tiles (plan::MaxTiles)
-      p.raw_plane = plan::RawPlaneBytes(p.n, p.e.raw_bits, p.tile_log2);
-      p.tile_raw = plan::TileRawBytes(p.e.raw_bits, p.tile_log2);
-      p.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(p.n, p.e.raw_bits, p.tile_log2));
-      p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
-      // As the CPU: nothing to code, or group padding makes the raw plane as
-      // large as the input.
-      p.stored = p.n == 0 || p.raw_plane >= p.bytes;
-      p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
-                   p.n >= p.channels;
-      p.sampled = !p.stored && plan::Sampled(ch.dtype == kBf16Dtype, p.n, p.grouping);
-      p.fused = p.sampled && p.bytes % checksum::kBlockBytes == 0 &&
-                reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
-      p.out = ch.out;
-      if (p.grouping && !ws.groups) {  // the call said no chunk would group channels
-        err = kBadInput;
-        break;
-      }
-    } while (false);
-    ws.plan[c] = p;
-    status[c] = err;
+// A chunk's plan from its request, as the CPU plans it; kOk or why the
+// request is refused (thread 0; the block pointers are checked apart). Every
+// Split block of the chunk computes it (the same inputs, the same answer), so
+// that the call needs no kernel before Split.
+__device__ int32_t MakePlan(const EncodeChunk& ch, const Workspace& ws, ChunkPlan* plan) {
+  ChunkPlan& p = *plan;
+  std::memset(&p, 0, sizeof(p));
+  // Element sizes are 1, 2 or 4: shifts and masks, not 64-bit divisions.
+  if (!GetElemInfo(ch.dtype, &p.e) || (ch.bytes & (p.e.bytes - 1)) != 0 || ch.out == nullptr ||
+      ch.out_capacity < kHeader + ch.bytes || !MakeAddr(ch.in, ch.bytes, &p.in) ||
+      (!ch.allow_stored && ch.out_capacity < plan::MaxSplitChunkBytes(ch.bytes))) {
+    return kBadInput;
   }
-  __syncthreads();
-  if (!BlockPointersOk(ch.in) && threadIdx.x == 0) {
-    err = kBadInput;
-    status[c] = err;
-  }
-  __syncthreads();
-  if (err != kOk) return;
-  for (uint32_t k = threadIdx.x; k < 256; k += blockDim.x) ws.hist[c * 256ull + k] = 0;
-  for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) {
-    ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
-  }
-  if (!p.grouping) return;  // the group histograms and channel sums are used only then
-  for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
-  for (uint32_t k = threadIdx.x; k < p.channels; k += blockDim.x) ws.chsum[c * 1ull * kMaxGroupedChannels + k] = 0;
+  p.dtype = ch.dtype;
+  p.bytes = ch.bytes;
+  p.n = ch.bytes >> (p.e.bytes / 2);
+  if (ch.bytes > ws.max_bytes || p.n > kMaxElements) return kTooLarge;
+  p.tile_log2 = plan::TileLog2(p.e.bytes, p.n);  // as the CPU
+  p.tiles = static_cast<uint32_t>(plan::TileCount(p.n, p.tile_log2));  // <= ws.max_tiles (plan::MaxTiles)
+  p.raw_plane = plan::RawPlaneBytes(p.n, p.e.raw_bits, p.tile_log2);
+  p.tile_raw = plan::TileRawBytes(p.e.raw_bits, p.tile_log2);
+  p.carry_tiles = static_cast<uint32_t>(plan::CarryTiles(p.n, p.e.raw_bits, p.tile_log2));
+  p.channels = static_cast<uint64_t>(ch.heads) * ch.head_dim;
+  // As the CPU: nothing to code, or group padding makes the raw plane as
+  // large as the input.
+  p.stored = p.n == 0 || p.raw_plane >= p.bytes;
+  p.grouping = !p.stored && ch.channel_groups && p.channels >= 2 && p.channels <= kMaxGroupedChannels &&
+               p.n >= p.channels;
+  p.sampled = !p.stored && plan::Sampled(ch.dtype == kBf16Dtype, p.n, p.grouping);
+  p.fused = p.sampled && p.bytes % checksum::kBlockBytes == 0 &&
+            reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
+  p.out = ch.out;
+  if (p.grouping && !ws.groups) return kBadInput;  // the call said no chunk would group channels
+  return kOk;
 }
 
-// ---- Split ------------------------------------------------------------------
-
-// Element k of the 16 / bytes elements in the 16-byte piece q.
 template <typename E>
 __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
   const uint32_t i = E::bytes == 1 ? k / 4 : E::bytes == 2 ? k / 2 : k;
@@ -375,7 +340,8 @@ constexpr uint32_t kSplitRawStage = 384;
 static_assert(kSplitWarps * kSplitRawStage <= kMaxGroupedChannels * 4, "raw stages fit the channel sums' space");
 
 __global__ void __launch_bounds__(kSplitWarps * 32, 4)
-    SplitKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws, uint32_t per_warp, uint32_t subs_log2) {
+    SplitKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws, uint32_t per_warp,
+                uint32_t subs_log2) {
   extern __shared__ uint64_t split_smem[];  // kSplitShared bytes
   uint64_t* key = split_smem;                                                      // [kWordsPerBlock]
   auto hist = reinterpret_cast<uint32_t(*)[32]>(key + checksum::kWordsPerBlock);  // [128][32]
@@ -392,18 +358,47 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   }
   WaitForPrevious();
   const int c = blockIdx.y;
-  // The plan and the chunk's output with the status, not after it: one
-  // round trip to memory, not three.
-  const int32_t st = status[c];
-  const ChunkPlan p = ws.plan[c];
-  uint8_t* const raw_at = chunks[c].out + kHeader;
-  if (st != kOk) return;
+  __shared__ int32_t err;
+  if (threadIdx.x == 0) err = MakePlan(chunks[c], ws, &SharedPlan());
+  __syncthreads();
+  const ChunkPlan p = SharedPlan();
+  uint8_t* const raw_at = p.out + kHeader;
   const uint32_t subs = 1u << subs_log2;
   const uint32_t groups = kSplitWarps >> subs_log2;  // checksum blocks a round of the block's warps takes
   const uint64_t span = groups * per_warp * checksum::kBlockBytes;
   const uint64_t b0 = blockIdx.x * span;
   const uint64_t stride = p.fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
-  if (b0 * stride >= p.bytes) return;
+  // A block list: the grid's first block checks every pointer (and reports
+  // the request), each other block those of the bytes it reads, which it
+  // then skips if one is bad.
+  bool ok = err == kOk;
+  if (ok && p.in.blocks != nullptr) {  // uniform for the block
+    const bool all = blockIdx.x == 0;
+    const uint64_t at = min(b0 * stride, p.bytes), end = min((b0 + span) * stride, p.bytes);
+    ok = BlockPointersOk(chunks[c].in, all ? 0u : static_cast<uint32_t>(at / p.in.bb),
+                         all ? ~0u : static_cast<uint32_t>((end + p.in.bb - 1) / p.in.bb));
+  }
+  if (blockIdx.x == 0) {
+    // The chunk's request, reported once. Its counters: the histogram and
+    // checksum sum are left at zero by the call before (Plan and Place clear
+    // them after use; Create zeroes them); the tile sizes and group
+    // histograms, summed only by later kernels, are cleared here.
+    if (threadIdx.x == 0) {
+      status[c] = ok ? kOk : err != kOk ? err : kBadInput;
+      sizes[c] = 0;
+      if (ws.estimate != nullptr) ws.estimate[c] = 0;
+      ws.plan[c] = p;
+    }
+    if (ok) {
+      for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) {
+        ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
+      }
+      if (p.grouping) {
+        for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) ws.hist16[c * 4096ull + k] = 0;
+      }
+    }
+  }
+  if (!ok || b0 * stride >= p.bytes) return;  // uniform for the block
   const bool code = !p.stored;
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (code && p.grouping) {
@@ -792,6 +787,9 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   uint8_t* const out = chunks[c].out;
   const uint64_t out_capacity = chunks[c].out_capacity;
   const bool allow_stored = chunks[c].allow_stored;
+  if (warp == 0) {  // read: zero again for the next call's Split, whatever becomes of this chunk
+    for (int k = 0; k < 8; ++k) ws.hist[c * 256ull + 8 * lane + k] = 0;
+  }
   __syncthreads();
   if (st != kOk || p.stored) return;  // uniform for the block
   __shared__ uint32_t freq[31][256];  // 0: order-0; then 2 + 4 + 8 + 16 group tables
@@ -1189,7 +1187,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
   const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[warp][0]);
   const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
   const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
-  if constexpr (kFused) {  // whole segments (Setup), at least one
+  if constexpr (kFused) {  // whole segments (MakePlan), at least one
     // The input stages and checksum sums in the order-0 table's unused
     // space (it holds 16 tables).
     auto in = reinterpret_cast<uint4(*)[2][64]>(tables + 256);
@@ -1296,6 +1294,11 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
   const uint32_t tiles = p.tiles;
   const unsigned long long total = tsum[0];
   const uint32_t e = entry[t], nw = ws.nwords[at + t];
+  // The checksum sum (the header's, block 0), read and zeroed for the next
+  // call's Split whatever becomes of this chunk.
+  const bool header = blockIdx.x == 0 && threadIdx.x == 0;
+  const unsigned long long sum = header ? ws.sum[c] : 0;
+  if (header) ws.sum[c] = 0;
   uint64_t low = 0;
   {
     const uint32_t g0 = t / kTsumGroup;
@@ -1319,7 +1322,7 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
     for (uint32_t w = 0; w < blockDim.x / 32; ++w) before += part[w];
   }
   uint8_t* out = ch.out;
-  const bool too_big = !stored && kHeader + payload > ch.out_capacity;  // only without STORED (Setup checks the rest)
+  const bool too_big = !stored && kHeader + payload > ch.out_capacity;  // only without STORED (Split checks the rest)
   if (stored) {
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(bytes, b0 + kMaxTile);
     // 16-byte pieces never straddle blocks; the destination may be unaligned.
@@ -1389,7 +1392,7 @@ __global__ void __launch_bounds__(256) PlaceKernel(const EncodeChunk* chunks, in
   St32(out + 32, stored ? 0 : p.tiles);
   St64(out + 40, stored ? 0 : p.raw_plane);
   St64(out + 48, payload);
-  St64(out + 56, kvferry::checksum::Finish(ws.sum[c], p.bytes));
+  St64(out + 56, kvferry::checksum::Finish(sum, p.bytes));
   sizes[c] = kHeader + payload;
 }
 
@@ -1420,6 +1423,10 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->workspace_bytes_ = bytes;
   if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
+  }
+  // Zeros: the histograms and checksum sums, which each call leaves at zero.
+  if (cudaMemset(e->workspace_, 0, bytes) != cudaSuccess) {
+    return absl::InternalError("cannot clear the encoder workspace");
   }
   // The workspace's first two regions (see EncodeAsync): the planner's log2
   // table, computed by the very function the CPU planner calls, and the
@@ -1492,17 +1499,24 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
   };
-  launch(Launch(SetupKernel, count, 256, 0, stream, chunks, status, sizes, ws));
-  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, ws,
-                split_per_warp, split_subs_log2));
+  // A call cut short leaves the histogram and checksum sums that Plan and
+  // Place would have zeroed: zero them here, so that the next call starts
+  // clean.
+  auto fail = [&](cudaError_t r) {
+    cudaMemsetAsync(ws.hist, 0, n * 256 * 8, stream);
+    cudaMemsetAsync(ws.sum, 0, n * 8, stream);
+    return r;
+  };
+  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, sizes,
+                ws, split_per_warp, split_subs_log2));
   if (channel_groups) {
     launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
     launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
   }
   launch(Launch(PlanKernel, count, 256, 0, stream, chunks, status, ws));
-  if (e != cudaSuccess) return e;
+  if (e != cudaSuccess) return fail(e);
   if (split != nullptr && split->planned != nullptr) {
-    if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return r;
+    if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return fail(r);
   }
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
@@ -1517,7 +1531,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   // one step, and twice the blocks fit on an SM.
   const uint32_t place_threads = max_chunk_bytes_ <= (uint64_t{4} << 20) ? 128 : 256;
   launch(Launch(PlaceKernel, dim3(max_tiles_, count), place_threads, 0, stream, chunks, status, sizes, ws));
-  if (e != cudaSuccess) return e;
+  if (e != cudaSuccess) return fail(e);
   return cudaGetLastError();
 }
 

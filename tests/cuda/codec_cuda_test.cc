@@ -278,9 +278,11 @@ struct EncodeCase {
 
 // Encodes every case in one EncodeAsync call (contiguous inputs). With
 // `estimates`: split-send, no STORED fallback, and the encoder's estimates.
+// calls > 1: the same call again on the same encoder (outputs cleared in
+// between); the last call's results.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
                  std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
-                 bool channel_groups = true) {
+                 bool channel_groups = true, int calls = 1) {
   uint64_t max_in = 1;
   for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
   auto enc = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
@@ -320,8 +322,11 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
     CUDA_OK(cudaEventCreate(&split.planned));
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&split.estimates), host.size() * 8));
   }
-  CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                              estimates ? &split : nullptr, channel_groups));
+  for (int call = 0; call < calls; ++call) {
+    for (size_t k = 0; k < host.size(); ++k) CUDA_OK(cudaMemset(host[k].out, 0xee, host[k].out_capacity));
+    CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
+                                estimates ? &split : nullptr, channel_groups));
+  }
   if (estimates) {
     CUDA_OK(cudaEventSynchronize(split.planned));  // recorded: the planning is done
     estimates->resize(host.size());
@@ -436,12 +441,45 @@ TEST_F(CudaCodec, EncoderWritesTheCpuBytesAtAnyOutputAddress) {
   }
 }
 
+// An encoder keeps its order-0 histograms and checksum sums at zero between
+// calls (Plan and Place zero them after use): the same batch, encoded again
+// and again on one encoder, keeps giving the CPU's bytes. A large bf16 chunk
+// (sampled table, raw plane and checksum summed in Tiles), a KV-aware
+// chunk, fp16, a STORED chunk, an empty one.
+TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
+  std::mt19937 rng(11);
+  std::vector<EncodeCase> cases(5);
+  cases[0].input = KvLike(DType::kBF16, plan::kSampleMinElements + 8192, 192, 3);
+  cases[1].options.layout = {0, 3, 64};
+  cases[1].options.channel_groups = true;
+  cases[1].input = KvLike(DType::kBF16, 300000, 192, 4);
+  cases[2].options.dtype = DType::kFP16;
+  cases[2].input = KvLike(DType::kFP16, 100001, 128, 5);
+  cases[3].input.resize(70000);
+  for (auto& b : cases[3].input) b = static_cast<uint8_t>(rng());
+  for (int calls : {1, 3}) {
+    for (bool groups_call : {true, false}) {
+      if (!groups_call) cases[1].options.channel_groups = false;
+      std::vector<int32_t> status;
+      std::vector<std::vector<uint8_t>> gpu;
+      EncodeOnGpu(cases, &status, &gpu, nullptr, groups_call, calls);
+      for (size_t k = 0; k < cases.size(); ++k) {
+        ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+        const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+        EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", " << calls << " calls, groups call " << groups_call << ": "
+                                   << FirstDifference(gpu[k], cpu);
+      }
+      cases[1].options.channel_groups = true;
+    }
+  }
+}
+
 // A call of one chunk of up to about 4 MiB takes Split's small-call form,
 // four warps to each 4 KiB checksum block (a call of many chunks, as in the
 // tests above, takes one): every dtype and layout, with partial pieces,
 // partial blocks, an odd number of blocks and a whole 4 MiB chunk; in calls
-// that may group channels (PlanKernel plans) and calls that may not (the
-// chunk's last Split block plans).
+// that may group channels (Rank and Hist16 before Plan) and calls that may
+// not.
 TEST_F(CudaCodec, OneChunkCallsMatchTheCpu) {
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   const Layout layouts[] = {{}, {0, 8, 128}, {0, 1, 5}};
@@ -450,7 +488,7 @@ TEST_F(CudaCodec, OneChunkCallsMatchTheCpu) {
     for (size_t bytes : {size_t{6}, size_t{4096}, size_t{4100}, size_t{12288} + 40, (size_t{1} << 20) + 8,
                          size_t{4} << 20}) {
       for (const Layout& l : layouts) {
-        for (bool groups_call : {true, false}) {  // PlanKernel plans, or Split's last block
+        for (bool groups_call : {true, false}) {
           std::vector<EncodeCase> cases(1);
           cases[0].options.dtype = d;
           cases[0].options.layout = l;
@@ -629,7 +667,23 @@ TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
   }
   std::vector<uint8_t> chunk(sizes[0]);
   CUDA_OK(cudaMemcpy(chunk.data(), out, chunk.size(), cudaMemcpyDeviceToHost));
-  EXPECT_TRUE(chunk == EncodeCpu(EncodeOptions{}, input));
+  const auto cpu = EncodeCpu(EncodeOptions{}, input);
+  EXPECT_TRUE(chunk == cpu);
+  // The refused requests left nothing behind: request 5's good half was
+  // split and summed before its null block refused it. The same encoder,
+  // all six requests good now, gives the CPU's bytes six times.
+  for (int k = 1; k < 6; ++k) h[k] = h[0], h[k].out = out + k * cap;
+  CUDA_OK(cudaMemcpy(dh, h.data(), sizeof(h[0]) * 6, cudaMemcpyHostToDevice));
+  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(status, dstatus, sizeof(status), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(sizes, dsizes, sizeof(sizes), cudaMemcpyDeviceToHost));
+  for (int k = 0; k < 6; ++k) {
+    ASSERT_EQ(status[k], cuda::kOk) << "request " << k;
+    chunk.assign(sizes[k], 0);
+    CUDA_OK(cudaMemcpy(chunk.data(), out + k * cap, chunk.size(), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(chunk == cpu) << "request " << k << ": " << FirstDifference(chunk, cpu);
+  }
   EXPECT_EQ(cuda::Encoder::Create(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
   cudaFree(in);
   cudaFree(out);
