@@ -379,10 +379,11 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
                          all ? ~0u : static_cast<uint32_t>((end + p.in.bb - 1) / p.in.bb));
   }
   if (blockIdx.x == 0) {
-    // The chunk's request, reported once. Its counters: the histogram and
-    // checksum sum are left at zero by the call before (Plan and Place clear
-    // them after use; Create zeroes them); the tile sizes and group
-    // histograms, summed only by later kernels, are cleared here.
+    // The chunk's request, reported once. Its counters: the histogram,
+    // channel sums and checksum sum are left at zero by the call before
+    // (Plan, Rank and Place clear them after use; Create zeroes them); the
+    // tile sizes and group histograms, summed only by later kernels, are
+    // cleared here.
     if (threadIdx.x == 0) {
       status[c] = ok ? kOk : err != kOk ? err : kBadInput;
       sizes[c] = 0;
@@ -626,19 +627,26 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
 }
 
 // KV-aware mode: channel ranks -> group16 (bitonic sort of the unique keys).
+// The channel sums Split added are zeroed once read, for the next call's
+// Split, whatever becomes of the chunk (a chunk refused for a bad block
+// pointer may have been summed in part).
 __global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Workspace ws) {
   WaitForPrevious();
   const int c = blockIdx.x;
-  if (status[c] != kOk) return;
   const ChunkPlan& p = ws.plan[c];
-  if (p.stored || !p.grouping) return;
+  if (p.stored || !p.grouping) return;  // Split summed no channels
+  unsigned long long* const chsum = ws.chsum + c * 1ull * kMaxGroupedChannels;
   extern __shared__ uint64_t key[];  // kMaxGroupedChannels
   const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (status[c] != kOk) {
+    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
+    return;
+  }
   uint32_t size = 1;
   while (size < C) size *= 2;
   for (uint32_t k = threadIdx.x; k < size; k += blockDim.x) {
-    key[k] = k < C ? plan::ChannelKey(ws.chsum[c * 1ull * kMaxGroupedChannels + k], plan::ChannelCount(p.n, C, k), k)
-                   : ~0ull;
+    key[k] = k < C ? plan::ChannelKey(chsum[k], plan::ChannelCount(p.n, C, k), k) : ~0ull;
+    if (k < C) chsum[k] = 0;
   }
   __syncthreads();
   for (uint32_t len = 2; len <= size; len *= 2) {
@@ -1430,7 +1438,8 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   if (cudaMalloc(&e->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of encoder workspace", bytes));
   }
-  // Zeros: the histograms and checksum sums, which each call leaves at zero.
+  // Zeros: the histogram, channel and checksum sums, which each call leaves
+  // at zero.
   if (cudaMemset(e->workspace_, 0, bytes) != cudaSuccess) {
     return absl::InternalError("cannot clear the encoder workspace");
   }
@@ -1505,11 +1514,11 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
   };
-  // A call cut short leaves the histogram and checksum sums that Plan and
-  // Place would have zeroed: zero them here, so that the next call starts
-  // clean.
+  // A call cut short leaves the sums that Rank, Plan and Place would have
+  // zeroed: zero them here, so that the next call starts clean.
   auto fail = [&](cudaError_t r) {
     cudaMemsetAsync(ws.hist, 0, n * 256 * 8, stream);
+    cudaMemsetAsync(ws.chsum, 0, n * kMaxGroupedChannels * 8, stream);
     cudaMemsetAsync(ws.sum, 0, n * 8, stream);
     return r;
   };

@@ -474,6 +474,71 @@ TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
   }
 }
 
+// One chunk encoded on a given encoder (so that calls can follow each other
+// on it): its status, and its bytes (none on a refusal).
+void EncodeOneOn(cuda::Encoder& enc, const EncodeCase& cs, int32_t* status, std::vector<uint8_t>* chunk) {
+  void *in = nullptr, *out = nullptr, *dev = nullptr;
+  const size_t cap = MaxEncodedBytes(cs.input.size());
+  CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, cs.input.size())));
+  CUDA_OK(cudaMalloc(&out, cap));
+  CUDA_OK(cudaMalloc(&dev, sizeof(cuda::EncodeChunk) + 16));
+  CUDA_OK(cudaMemcpy(in, cs.input.data(), cs.input.size(), cudaMemcpyHostToDevice));
+  cuda::EncodeChunk h;
+  h.in.data = static_cast<uint8_t*>(in);
+  h.bytes = cs.input.size();
+  h.dtype = static_cast<uint8_t>(cs.options.dtype);
+  h.channel_groups = cs.options.channel_groups;
+  h.tokens = cs.options.layout.tokens;
+  h.heads = cs.options.layout.heads;
+  h.head_dim = cs.options.layout.head_dim;
+  h.out = static_cast<uint8_t*>(out);
+  h.out_capacity = cap;
+  h.allow_stored = 1;
+  auto* dh = static_cast<cuda::EncodeChunk*>(dev);
+  auto* dsize = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) + sizeof(h));
+  auto* dstatus = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dev) + sizeof(h) + 8);
+  CUDA_OK(cudaMemcpy(dh, &h, sizeof(h), cudaMemcpyHostToDevice));
+  CUDA_OK(enc.EncodeAsync(dh, 1, dsize, dstatus, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint64_t size = 0;
+  CUDA_OK(cudaMemcpy(status, dstatus, 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
+  chunk->assign(*status == 0 ? size : 0, 0);
+  CUDA_OK(cudaMemcpy(chunk->data(), out, chunk->size(), cudaMemcpyDeviceToHost));
+  cudaFree(in);
+  cudaFree(out);
+  cudaFree(dev);
+}
+
+// KV-aware chunks rank their channels by the sums Split adds up; those sums
+// must start from zero in every call. Two calls on one encoder, the second
+// with the channels of the first in reverse order: the second's groups are
+// the CPU's for its own data, not for the two calls' sums together.
+TEST_F(CudaCodec, ChannelSumsOfOneCallDoNotReachTheNext) {
+  constexpr uint32_t kChannels = 192;
+  EncodeCase a;
+  a.options.layout = {0, 3, 64};
+  a.options.channel_groups = true;
+  a.input = KvLike(DType::kBF16, kChannels * 2000, kChannels, 21);
+  EncodeCase b = a;
+  for (size_t t = 0; t < 2000; ++t) {
+    for (uint32_t k = 0; k < kChannels; ++k) {
+      std::memcpy(&b.input[2 * (t * kChannels + k)], &a.input[2 * (t * kChannels + kChannels - 1 - k)], 2);
+    }
+  }
+  auto enc = cuda::Encoder::Create(1, a.input.size());
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  for (const EncodeCase* cs : {&a, &b, &a}) {
+    const auto cpu = EncodeCpu(cs->options, cs->input);
+    ASSERT_GT(cpu[28] | cpu[29] << 8, 1) << "the CPU should group this chunk's channels";
+    int32_t status = -1;
+    std::vector<uint8_t> gpu;
+    EncodeOneOn(**enc, *cs, &status, &gpu);
+    ASSERT_EQ(status, 0) << cuda::ToStatus(status);
+    EXPECT_TRUE(gpu == cpu) << (cs == &a ? "a" : "b") << ": " << FirstDifference(gpu, cpu);
+  }
+}
+
 // A call of one chunk of up to about 4 MiB takes Split's small-call form,
 // four warps to each 4 KiB checksum block (a call of many chunks, as in the
 // tests above, takes one): every dtype and layout, with partial pieces,
