@@ -129,6 +129,9 @@ __device__ int32_t MakePlan(const EncodeChunk& ch, const Workspace& ws, ChunkPla
   return kOk;
 }
 
+// ---- Split ------------------------------------------------------------------
+
+// Element k of the 16 / bytes elements in the 16-byte piece q.
 template <typename E>
 __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
   const uint32_t i = E::bytes == 1 ? k / 4 : E::bytes == 2 ? k / 2 : k;
@@ -638,16 +641,13 @@ __global__ void __launch_bounds__(1024) RankKernel(const int32_t* status, Worksp
   unsigned long long* const chsum = ws.chsum + c * 1ull * kMaxGroupedChannels;
   extern __shared__ uint64_t key[];  // kMaxGroupedChannels
   const uint32_t C = static_cast<uint32_t>(p.channels);
-  if (status[c] != kOk) {
-    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) chsum[k] = 0;
-    return;
-  }
   uint32_t size = 1;
   while (size < C) size *= 2;
   for (uint32_t k = threadIdx.x; k < size; k += blockDim.x) {
     key[k] = k < C ? plan::ChannelKey(chsum[k], plan::ChannelCount(p.n, C, k), k) : ~0ull;
     if (k < C) chsum[k] = 0;
   }
+  if (status[c] != kOk) return;  // uniform for the block
   __syncthreads();
   for (uint32_t len = 2; len <= size; len *= 2) {
     for (uint32_t j = len / 2; j > 0; j /= 2) {

@@ -1,7 +1,8 @@
 // GPU codec benchmark: encodes and decodes real KV data on the GPU, checks every
 // GPU chunk against the CPU encoder byte for byte (the first set's again after
-// the timed calls) and every decode against the input, and prints a table: ratio, distance to the order-0 bound, encode and
-// decode throughput (CUDA events after warm-up, median of --reps calls, inputs
+// the timed calls) and every decode against the input, and prints a table:
+// ratio, distance to the order-0 bound, encode and decode throughput (CUDA
+// events after warm-up, median of --reps calls, inputs
 // rotated over >= 256 MiB so L2 does not flatter small sizes) next to a
 // device-to-device copy of the same bytes measured the same way.
 //

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -279,14 +280,20 @@ struct EncodeCase {
 // Encodes every case in one EncodeAsync call (contiguous inputs). With
 // `estimates`: split-send, no STORED fallback, and the encoder's estimates.
 // calls > 1: the same call again on the same encoder (outputs cleared in
-// between); the last call's results.
+// between); the last call's results. On `enc` when given (so that calls can
+// follow each other on it), else on an encoder made for the cases.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
                  std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
-                 bool channel_groups = true, int calls = 1) {
-  uint64_t max_in = 1;
-  for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
-  auto enc = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
-  ASSERT_TRUE(enc.ok()) << enc.status();
+                 bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr) {
+  std::unique_ptr<cuda::Encoder> made;
+  if (enc == nullptr) {
+    uint64_t max_in = 1;
+    for (auto& cs : cases) max_in = std::max<uint64_t>(max_in, cs.input.size());
+    auto created = cuda::Encoder::Create(static_cast<int>(cases.size()), max_in);
+    ASSERT_TRUE(created.ok()) << created.status();
+    made = std::move(*created);
+    enc = made.get();
+  }
   std::vector<cuda::EncodeChunk> host(cases.size());
   std::vector<void*> owned;
   for (size_t k = 0; k < cases.size(); ++k) {
@@ -324,8 +331,8 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
   }
   for (int call = 0; call < calls; ++call) {
     for (size_t k = 0; k < host.size(); ++k) CUDA_OK(cudaMemset(host[k].out, 0xee, host[k].out_capacity));
-    CUDA_OK((*enc)->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                                estimates ? &split : nullptr, channel_groups));
+    CUDA_OK(enc->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
+                             estimates ? &split : nullptr, channel_groups));
   }
   if (estimates) {
     CUDA_OK(cudaEventSynchronize(split.planned));  // recorded: the planning is done
@@ -441,9 +448,9 @@ TEST_F(CudaCodec, EncoderWritesTheCpuBytesAtAnyOutputAddress) {
   }
 }
 
-// An encoder keeps its order-0 histograms and checksum sums at zero between
-// calls (Plan and Place zero them after use): the same batch, encoded again
-// and again on one encoder, keeps giving the CPU's bytes. A large bf16 chunk
+// An encoder keeps its histogram, channel and checksum sums at zero between
+// calls (Plan, Rank and Place zero them after use): the same batch, encoded
+// again and again on one encoder, keeps giving the CPU's bytes. A large bf16 chunk
 // (sampled table, raw plane and checksum summed in Tiles), a KV-aware
 // chunk, fp16, a STORED chunk, an empty one.
 TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
@@ -474,42 +481,6 @@ TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
   }
 }
 
-// One chunk encoded on a given encoder (so that calls can follow each other
-// on it): its status, and its bytes (none on a refusal).
-void EncodeOneOn(cuda::Encoder& enc, const EncodeCase& cs, int32_t* status, std::vector<uint8_t>* chunk) {
-  void *in = nullptr, *out = nullptr, *dev = nullptr;
-  const size_t cap = MaxEncodedBytes(cs.input.size());
-  CUDA_OK(cudaMalloc(&in, std::max<size_t>(1, cs.input.size())));
-  CUDA_OK(cudaMalloc(&out, cap));
-  CUDA_OK(cudaMalloc(&dev, sizeof(cuda::EncodeChunk) + 16));
-  CUDA_OK(cudaMemcpy(in, cs.input.data(), cs.input.size(), cudaMemcpyHostToDevice));
-  cuda::EncodeChunk h;
-  h.in.data = static_cast<uint8_t*>(in);
-  h.bytes = cs.input.size();
-  h.dtype = static_cast<uint8_t>(cs.options.dtype);
-  h.channel_groups = cs.options.channel_groups;
-  h.tokens = cs.options.layout.tokens;
-  h.heads = cs.options.layout.heads;
-  h.head_dim = cs.options.layout.head_dim;
-  h.out = static_cast<uint8_t*>(out);
-  h.out_capacity = cap;
-  h.allow_stored = 1;
-  auto* dh = static_cast<cuda::EncodeChunk*>(dev);
-  auto* dsize = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) + sizeof(h));
-  auto* dstatus = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dev) + sizeof(h) + 8);
-  CUDA_OK(cudaMemcpy(dh, &h, sizeof(h), cudaMemcpyHostToDevice));
-  CUDA_OK(enc.EncodeAsync(dh, 1, dsize, dstatus, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  uint64_t size = 0;
-  CUDA_OK(cudaMemcpy(status, dstatus, 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
-  chunk->assign(*status == 0 ? size : 0, 0);
-  CUDA_OK(cudaMemcpy(chunk->data(), out, chunk->size(), cudaMemcpyDeviceToHost));
-  cudaFree(in);
-  cudaFree(out);
-  cudaFree(dev);
-}
-
 // KV-aware chunks rank their channels by the sums Split adds up; those sums
 // must start from zero in every call. Two calls on one encoder, the second
 // with the channels of the first in reverse order: the second's groups are
@@ -531,11 +502,11 @@ TEST_F(CudaCodec, ChannelSumsOfOneCallDoNotReachTheNext) {
   for (const EncodeCase* cs : {&a, &b, &a}) {
     const auto cpu = EncodeCpu(cs->options, cs->input);
     ASSERT_GT(cpu[28] | cpu[29] << 8, 1) << "the CPU should group this chunk's channels";
-    int32_t status = -1;
-    std::vector<uint8_t> gpu;
-    EncodeOneOn(**enc, *cs, &status, &gpu);
-    ASSERT_EQ(status, 0) << cuda::ToStatus(status);
-    EXPECT_TRUE(gpu == cpu) << (cs == &a ? "a" : "b") << ": " << FirstDifference(gpu, cpu);
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu({*cs}, &status, &gpu, nullptr, true, 1, enc->get());
+    ASSERT_EQ(status[0], 0) << cuda::ToStatus(status[0]);
+    EXPECT_TRUE(gpu[0] == cpu) << (cs == &a ? "a" : "b") << ": " << FirstDifference(gpu[0], cpu);
   }
 }
 
