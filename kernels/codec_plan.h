@@ -142,6 +142,11 @@ KVF_HD constexpr bool Sampled(bool bf16, uint64_t elements, bool grouping) {
 // block's shared memory), so encoders try pairs only where the chunk's
 // symbols (its sample's, when sampled) span no more.
 constexpr uint32_t kMaxPairSpan = 32;
+// No pair is more probable than 2048 / 4096, so that a decoder's slot entry
+// (frequency - 1, slot - cumulative frequency, and the pair's two symbols
+// less lo, 5 bits each) fits 32 bits. Data so peaky is coded one symbol at
+// a time.
+constexpr uint32_t kMaxPairFreq = 2048;
 
 // Largest chunk once the encoder may no longer fall back to STORED (split-send):
 // header, input, the largest map (8192) and tables (16 x 516), and per tile

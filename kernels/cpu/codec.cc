@@ -720,6 +720,7 @@ bool PairCandidate(absl::Span<const uint8_t> sym, const uint64_t hist[256], uint
   pt->freq.assign(K, 0);
   pt->fc.assign(K, 0);
   NormalizeCounts(count.data(), K, pt->freq.data());
+  if (*std::max_element(pt->freq.begin(), pt->freq.end()) > plan::kMaxPairFreq) return false;
   uint64_t q = 0;
   uint32_t cum = 0;
   for (uint32_t k = 0; k < K; ++k) {
@@ -1104,7 +1105,7 @@ struct Parsed {
 
 // The pair table (format flag PAIRS) from `take` (the section reader):
 // u16 lo, u16 S (1..plan::kMaxPairSpan, lo + S <= 2^E), then S x S u16
-// frequencies summing to exactly kM. Builds p->pairs when `build`.
+// frequencies of at most plan::kMaxPairFreq summing to exactly kM. Builds p->pairs when `build`.
 template <typename Take>
 absl::Status ParsePairTable(Take& take, uint32_t E, bool build, Parsed* p) {
   const uint8_t* h = take(4);
@@ -1117,6 +1118,7 @@ absl::Status ParsePairTable(Take& take, uint32_t E, bool build, Parsed* p) {
   uint32_t c = 0;
   for (uint32_t k = 0; k < S * S; ++k) {
     const uint32_t fr = Get<uint16_t>(f + 2 * k);
+    if (fr > plan::kMaxPairFreq) return Corrupt("pair frequency above 2048");
     if (c + fr > kM) return Corrupt("pair table sums past 4096");
     if (build) {
       DecodePairTable& t = *p->pairs;

@@ -97,6 +97,22 @@ TEST(CodecPairs, PairsPayWhereNeighboursAreCorrelatedAndNeverCostMore) {
   EXPECT_TRUE(DecodesTo(kp, kv));
 }
 
+TEST(CodecPairs, PeakyDataIsCodedOneSymbolAtATime) {
+  // One pair of probability > 1/2 would need a frequency above 2048.
+  std::mt19937 rng(4);
+  std::vector<uint8_t> in(2 * 50000);
+  for (size_t i = 0; i < in.size() / 2; ++i) {
+    const uint32_t e = rng() % 8 == 0 ? 120 + rng() % 4 : 127;
+    const uint16_t b = static_cast<uint16_t>(e << 7 | (rng() & 0x7f));
+    std::memcpy(&in[2 * i], &b, 2);
+  }
+  const auto chunk = Encoded(Pairs(DType::kBF16), in);
+  auto info = Inspect(chunk.data(), chunk.size());
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->pairs);
+  EXPECT_TRUE(DecodesTo(chunk, in));
+}
+
 TEST(CodecPairs, ManyDistinctSymbolsFallBackToSingleSymbols) {
   std::mt19937 rng(3);
   std::vector<uint8_t> in(2 * 100000);
@@ -168,6 +184,13 @@ TEST(CodecPairs, BadPairTablesAndFlagsAreJudgedCorrupt) {
     auto bad = chunk;
     Put16(&bad, t, 250);
     fails(bad, "range");
+  }
+  {  // a frequency above 2048 (the rest lowered so that the sum holds)
+    auto bad = chunk;
+    Put16(&bad, t + 4, 2049);
+    for (size_t k = 1; k < 81; ++k) Put16(&bad, t + 4 + 2 * k, 0);
+    Put16(&bad, t + 4 + 2, 4096 - 2049);
+    fails(bad, "peak");
   }
   {  // a frequency changed: the table no longer sums to 4096
     auto bad = chunk;
