@@ -944,5 +944,115 @@ TEST_F(CudaCodec, SampledChunksAreTheCpuBytesWhicheverKernelWritesTheirPlane) {
   }
 }
 
+// bf16 whose neighbours' exponents are correlated (pairs pay): pair j's first
+// exponent one of 8, its second the same or one more.
+std::vector<uint8_t> Correlated(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(2 * n);
+  uint32_t a = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = rng();
+    a = i % 2 == 0 ? 118 + r % 8 : a + (r >> 3) % 2;
+    const uint16_t b = static_cast<uint16_t>(((r >> 4) & 0x8000) | a << 7 | ((r >> 8) & 0x7f));
+    std::memcpy(&v[2 * i], &b, 2);
+  }
+  return v;
+}
+
+// PAIRS chunks (CPU-encoded) of every dtype, odd and even sizes, every tile
+// size, at every alignment; a sampled chunk with RAW and SINGLE tiles.
+TEST_F(CudaCodec, DecodesPairChunks) {
+  Batch b;
+  int paired = 0;
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  for (DType d : all) {
+    for (size_t n : {size_t{1}, size_t{33}, size_t{4097}, size_t{16384}, size_t{100003}, size_t{300001}}) {
+      for (uint32_t log2 : {0u, 12u, 13u}) {
+        EncodeOptions o;
+        o.dtype = d;
+        o.pairs = true;
+        o.tile_log2 = log2;
+        b.inputs.push_back(d == DType::kBF16 && n % 2 == 1 ? Correlated(n, static_cast<uint32_t>(n + log2))
+                                                           : KvLike(d, n, 1024, static_cast<uint32_t>(n + log2)));
+        b.chunks.push_back(EncodeCpu(o, b.inputs.back()));
+        paired += Inspect(b.chunks.back().data(), b.chunks.back().size())->pairs ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GE(paired, 6);  // bf16, fp16 and fp32 chunks of KV-like data whose symbols span <= 32
+  for (uint32_t skew = 0; skew < 4; ++skew) {
+    SCOPED_TRACE("skew " + std::to_string(skew));
+    ExpectDecodesBitExact(b, [skew](size_t k) { return static_cast<uint32_t>((k + skew) % 4); });
+  }
+  // Sampled: an exponent only block 1 holds (tile 0 RAW) and a pair of known
+  // exponents that occurs only in block 21 (tile 5 SINGLE).
+  auto in = Correlated(plan::kSampleMinElements, 5);
+  auto set = [&](size_t i, uint32_t e) {
+    uint16_t v;
+    std::memcpy(&v, &in[2 * i], 2);
+    v = static_cast<uint16_t>((v & 0x807f) | e << 7);
+    std::memcpy(&in[2 * i], &v, 2);
+  };
+  set(2048 + 10, 200);
+  set(5 * 8192 + 2048, 118);
+  set(5 * 8192 + 2049, 125);
+  EncodeOptions o;
+  o.pairs = true;
+  Batch big;
+  big.inputs.push_back(in);
+  big.chunks.push_back(EncodeCpu(o, in));
+  auto info = Inspect(big.chunks[0].data(), big.chunks[0].size());
+  ASSERT_TRUE(info->pairs);
+  EXPECT_EQ(info->raw_tiles, 1u);
+  EXPECT_EQ(info->single_tiles, 1u);
+  ExpectDecodesBitExact(big);
+}
+
+// A PAIRS chunk's header, tables, directory and first tile bytes, a bit
+// flipped at a time (the directory's SINGLE and RAW bits among them): the
+// GPU decoder accepts a chunk exactly when the CPU decoder does, and then
+// only with its bytes.
+TEST_F(CudaCodec, PairChunkCorruptionsAreJudgedAsTheCpuJudgesThem) {
+  auto in = Correlated(2 * kMaxTileSymbols + 77, 9);
+  EncodeOptions o;
+  o.pairs = true;
+  auto good = EncodeCpu(o, in);
+  ASSERT_TRUE(Inspect(good.data(), good.size())->pairs);
+  uint64_t raw_plane = 0;
+  std::memcpy(&raw_plane, good.data() + 40, 8);
+  std::vector<std::vector<uint8_t>> bad;
+  std::mt19937 rng(3);
+  for (size_t k = 0; k < 64; ++k) {
+    bad.push_back(good);
+    bad.back()[k] ^= static_cast<uint8_t>(1u << (rng() % 8));
+  }
+  for (size_t k = 64 + raw_plane; k < std::min(good.size(), 64 + raw_plane + 600); ++k) {
+    bad.push_back(good);
+    bad.back()[k] ^= static_cast<uint8_t>(1u << (rng() % 8));
+  }
+  Batch b;
+  std::vector<bool> cpu_ok;
+  for (auto& chunk : bad) {
+    std::vector<uint8_t> out(in.size());
+    auto n = Decode(chunk.data(), chunk.size(), out.data(), out.size());
+    cpu_ok.push_back(n.ok() && *n == in.size() && out == in);
+    b.inputs.push_back(in);
+    b.chunks.push_back(chunk);
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs);
+  int rejected = 0;
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    EXPECT_EQ(status[k] == 0, cpu_ok[k]) << "case " << k << ": GPU status " << status[k];
+    if (status[k] == 0) {
+      EXPECT_TRUE(outs[k] == in) << "case " << k << " corrupted, decoded OK to different bytes";
+    } else {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, static_cast<int>(b.chunks.size()) / 2);
+}
+
 }  // namespace
 }  // namespace kvferry::codec
