@@ -62,11 +62,6 @@ struct EncodeOptions {
   // on_raw_plane where tiles would cover less than 8 KiB of input
   // (MaxSplitEncodedBytes counts on them never doing so).
   uint32_t tile_log2 = 0;
-  // Let the encoder code adjacent symbols in pairs, from a table of pairs,
-  // when that is smaller (format flag PAIRS; chunks whose symbols span at
-  // most plan::kMaxPairSpan values). Off by default while the CUDA
-  // encoder, which must write the same bytes, does not code pairs.
-  bool pairs = false;
 };
 
 // Largest chunk Encode can produce for `input_bytes` (the header + input).
@@ -88,12 +83,10 @@ struct ChunkInfo {
   Layout layout;
   bool stored = false;
   bool channel_groups = false;
-  bool pairs = false;  // symbol pairs coded from a pair table
   uint32_t tables = 0;
   uint32_t tile_log2 = 0;  // symbols per tile, log2 (0 when stored)
   uint32_t tiles = 0;
   uint32_t raw_tiles = 0;
-  uint32_t single_tiles = 0;  // PAIRS chunks: tiles coded with the order-0 table
   uint64_t raw_plane_bytes = 0;
   uint64_t chunk_bytes = 0;     // header + payload
   uint64_t original_bytes = 0;  // elements x element size

@@ -68,8 +68,8 @@ constexpr uint64_t kSmallTilesFrom = uint64_t{1} << 18, kSmallTilesTo = uint64_t
                    kMidTilesTo = uint64_t{1} << 25;
 // Header byte 4. Version 1 had no tile size field; version 2 started every
 // rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane;
-// version 3 had no 4096-symbol tiles; version 4 no symbol pairs (PAIRS).
-constexpr uint8_t kFormatVersion = 5;
+// version 3 had no 4096-symbol tiles.
+constexpr uint8_t kFormatVersion = 4;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
   if (elem_bytes < 2 || elements < kSmallTilesFrom || elements > kMidTilesTo) return 14;
   return elements <= kSmallTilesTo ? 12 : 13;
@@ -136,17 +136,6 @@ constexpr uint32_t kSampleBlockBytes = 4096;
 KVF_HD constexpr bool Sampled(bool bf16, uint64_t elements, bool grouping) {
   return bf16 && !grouping && elements >= kSampleMinElements;
 }
-
-// Symbol pairs (format flag PAIRS): the pair table covers a span of at most
-// this many symbols on each axis (at most 1024 pairs, a table that fits a GPU
-// block's shared memory), so encoders try pairs only where the chunk's
-// symbols (its sample's, when sampled) span no more.
-constexpr uint32_t kMaxPairSpan = 32;
-// No pair is more probable than 2048 / 4096, so that a decoder's slot entry
-// (frequency - 1, slot - cumulative frequency, and the pair's two symbols
-// less lo, 5 bits each) fits 32 bits. Data so peaky is coded one symbol at
-// a time.
-constexpr uint32_t kMaxPairFreq = 2048;
 
 // Largest chunk once the encoder may no longer fall back to STORED (split-send):
 // header, input, the largest map (8192) and tables (16 x 516), and per tile

@@ -19,9 +19,6 @@ ABSL_FLAG(std::string, dtype, "bf16", "Element type: bf16, fp16, fp32, fp8_e4m3,
 ABSL_FLAG(std::string, kv_layout, "", "codec: KV layout TOKENS,HEADS,HEAD_DIM of the data (enables KV-aware mode).");
 ABSL_FLAG(std::string, device, "cpu", "codec: cpu or cuda.");
 ABSL_FLAG(int32_t, codec_threads, 0, "codec: CPU worker threads (0: up to 8).");
-ABSL_FLAG(bool, pairs, false,
-          "codec: let the encoder code adjacent exponents in pairs when that is smaller (format flag PAIRS; "
-          "CPU only for now); stats then also reports the pair codec.");
 ABSL_FLAG(uint64_t, codec_chunk_bytes, 0,
           "codec stats: code the input as independent chunks of this many bytes (0: one chunk), as the "
           "data plane does.");
@@ -62,8 +59,6 @@ absl::StatusOr<codec::EncodeOptions> OptionsFromFlags() {
   }
   const std::string dev = absl::GetFlag(FLAGS_device);
   if (dev != "cpu" && dev != "cuda") return absl::InvalidArgumentError("--device must be cpu or cuda");
-  o.pairs = absl::GetFlag(FLAGS_pairs);
-  if (o.pairs && dev == "cuda") return absl::InvalidArgumentError("--pairs: the CUDA encoder does not code pairs yet");
   return o;
 }
 
@@ -89,7 +84,7 @@ int Fail(const absl::Status& s) {
 int RunCodec(const std::vector<std::string>& args) {
   if (args.size() < 3 || (args[1] != "stats" && args.size() < 4)) {
     std::cerr << "usage: kvferry codec compress|decompress IN OUT | stats IN  [--dtype=bf16] [--kv_layout=T,H,D]"
-                 " [--device=cpu|cuda] [--pairs]\n";
+                 " [--device=cpu|cuda]\n";
     return 2;
   }
   const std::string& verb = args[1];
@@ -144,32 +139,12 @@ int RunCodec(const std::vector<std::string>& args) {
   };
   codec::EncodeOptions plain = *o;
   plain.layout = {};
-  plain.pairs = false;
-  codec::EncodeOptions kv_opts = *o;
-  kv_opts.pairs = false;
-  uint64_t plain_bytes = 0, kv_bytes = 0, pair_bytes = 0;
+  uint64_t plain_bytes = 0, kv_bytes = 0;
   uint32_t grouped = 0, ignored = 0;
   if (auto st = run(plain, &plain_bytes, &ignored); !st.ok()) return Fail(st);
   const bool kv = o->layout.channels() > 0;
   if (kv) {
-    if (auto st = run(kv_opts, &kv_bytes, &grouped); !st.ok()) return Fail(st);
-  }
-  uint32_t paired = 0;
-  if (o->pairs) {
-    codec::EncodeOptions pair_opts = plain;
-    pair_opts.pairs = true;
-    auto count_pairs = [&](uint64_t* total, uint32_t* n) -> absl::Status {
-      *n = 0;
-      auto st = run(pair_opts, total, &ignored);
-      for (uint64_t off = 0; st.ok() && off < in->size(); off += chunk) {
-        const uint64_t len = std::min<uint64_t>(chunk, in->size() - off);
-        auto c = codec::Encode(pair_opts, in->data() + off, len, out.data(), out.size());
-        if (!c.ok()) return c.status();
-        *n += codec::Inspect(out.data(), *c)->pairs ? 1 : 0;
-      }
-      return st;
-    };
-    if (auto st = count_pairs(&pair_bytes, &paired); !st.ok()) return Fail(st);
+    if (auto st = run(*o, &kv_bytes, &grouped); !st.ok()) return Fail(st);
   }
   double bound = 0;
   for (uint64_t off = 0; off < in->size(); off += chunk) {
@@ -195,12 +170,6 @@ int RunCodec(const std::vector<std::string>& args) {
                 static_cast<unsigned long long>(kv_bytes), static_cast<double>(in->size()) / kv_bytes,
                 100.0 * (static_cast<double>(kv_bytes) / plain_bytes - 1), grouped,
                 static_cast<unsigned long long>(chunks));
-  }
-  if (o->pairs) {
-    std::printf("pair codec      %llu bytes, ratio %.4f, %+.2f%% vs order-0 codec (%u of %llu chunks in pairs)\n",
-                static_cast<unsigned long long>(pair_bytes), static_cast<double>(in->size()) / pair_bytes,
-                100.0 * (static_cast<double>(pair_bytes) / plain_bytes - 1), paired,
-                static_cast<unsigned long long>((in->size() + chunk - 1) / chunk));
   }
   std::printf(
       "cpu %s thread(s) encode %.3f GB/s, decode %.3f GB/s (uncompressed bytes, one %llu-byte chunk, median of 5)\n",

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -26,9 +25,7 @@ constexpr int kLanes = 32;
 constexpr char kMagic[4] = {'K', 'V', 'Z', '1'};
 constexpr uint16_t kFlagStored = 1;
 constexpr uint16_t kFlagChannelGroups = 2;
-constexpr uint16_t kFlagPairs = 4;
 constexpr uint32_t kTileRaw = 1u << 31;
-constexpr uint32_t kTileSingle = 1u << 30;  // PAIRS chunks: a tile coded with the order-0 table
 constexpr uint64_t kMaxElements = 1ull << 40;
 // The encoder groups channels only up to this many (its per-channel histograms
 // take 1 KiB each); the format itself allows up to 2^20.
@@ -165,43 +162,37 @@ struct Table {
   }
 };
 
-// Deterministic normalisation of k counts to frequencies summing to kM (see
-// the format doc): every counted symbol gets max(1, floor(count kM / total));
-// the most frequent (lowest index on ties) takes a shortfall, and an excess
-// comes off the largest frequency above 1 (lowest index on ties), one at a
-// time. freq[] is zero where hist[] is, and all zero when hist[] is.
-void NormalizeCounts(const uint64_t* hist, uint32_t k, uint32_t* freq) {
+// Deterministic normalisation to sum kM (see the format doc).
+Table Normalize(const uint64_t hist[256]) {
+  Table t;
   uint64_t total = 0;
-  for (uint32_t s = 0; s < k; ++s) total += hist[s];
-  std::fill(freq, freq + k, 0u);
-  if (total == 0) return;
+  for (int s = 0; s < 256; ++s) total += hist[s];
+  if (total == 0) {
+    t.Finish();
+    return t;
+  }
   int64_t sum = 0;
-  for (uint32_t s = 0; s < k; ++s) {
+  for (int s = 0; s < 256; ++s) {
     if (hist[s] == 0) continue;
-    freq[s] = static_cast<uint32_t>(std::max<uint64_t>(1, hist[s] * kM / total));
-    sum += freq[s];
+    t.freq[s] = static_cast<uint32_t>(std::max<uint64_t>(1, hist[s] * kM / total));
+    sum += t.freq[s];
   }
   int64_t d = static_cast<int64_t>(kM) - sum;
   if (d > 0) {
-    uint32_t best = 0;
-    for (uint32_t s = 1; s < k; ++s) {
+    int best = 0;
+    for (int s = 1; s < 256; ++s) {
       if (hist[s] > hist[best]) best = s;
     }
-    freq[best] += static_cast<uint32_t>(d);
+    t.freq[best] += static_cast<uint32_t>(d);
   }
   while (d < 0) {
-    int64_t best = -1;
-    for (uint32_t s = 0; s < k; ++s) {
-      if (freq[s] > 1 && (best < 0 || freq[s] > freq[best])) best = s;
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (t.freq[s] > 1 && (best < 0 || t.freq[s] > t.freq[best])) best = s;
     }
-    --freq[best];
+    --t.freq[best];
     ++d;
   }
-}
-
-Table Normalize(const uint64_t hist[256]) {
-  Table t;
-  NormalizeCounts(hist, 256, t.freq);
   t.Finish();
   return t;
 }
@@ -372,40 +363,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
   *pos = p;
 }
 
-// A RAW tile of symbols [begin, end): packed with width exp_bits, padded to
-// 4 bytes, then the carry (if any). Returns its directory entry.
-uint32_t RawTile(const uint8_t* sym, uint64_t begin, uint64_t end, uint32_t exp_bits, const uint8_t* carry,
-                 std::vector<uint8_t>* out) {
-  const uint64_t packed = (PackedBytes(end - begin, exp_bits) + 3) & ~uint64_t{3};
-  const uint64_t raw_bytes = packed + (carry != nullptr ? plan::kCarryBytes : 0);
-  out->assign(raw_bytes, 0);
-  Pack(end - begin, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
-  if (carry != nullptr) std::memcpy(out->data() + packed, carry, plan::kCarryBytes);
-  return static_cast<uint32_t>(raw_bytes) | kTileRaw;
-}
-
-// A coded tile from the lanes' final states and the stream words [pos, end)
-// (already in stream order), or the RAW tile when that is not larger.
-uint32_t CodedTile(const uint32_t* x, const uint16_t* pos, const uint16_t* end, const uint8_t* sym, uint64_t begin,
-                   uint64_t n_end, uint32_t exp_bits, const uint8_t* carry, std::vector<uint8_t>* out) {
-  const uint64_t raw_bytes = ((PackedBytes(n_end - begin, exp_bits) + 3) & ~uint64_t{3}) +
-                             (carry != nullptr ? plan::kCarryBytes : 0);
-  const size_t nwords = static_cast<size_t>(end - pos);
-  const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};
-  if (coded >= raw_bytes) return RawTile(sym, begin, n_end, exp_bits, carry, out);
-  out->assign(coded, 0);
-  uint8_t* p = out->data();
-  for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
-  p += kLanes * 4;
-  for (size_t k = 0; k < nwords; ++k) Put<uint16_t>(p + 2 * k, pos[k]);
-  return static_cast<uint32_t>(coded);
-}
-
-// Lane l's first state: 2^16, or 2^16 | u16 l of the tile's carry bytes.
-void StartStates(const uint8_t* carry, uint32_t* x) {
-  for (int l = 0; l < kLanes; ++l) x[l] = carry != nullptr ? kL | Get<uint16_t>(carry + 2 * l) : kL;
-}
-
 // Encodes symbols [begin, end) of the chunk into `out` (coded or RAW).
 // Returns the directory entry.
 // `unseen`: the table may lack symbols of the tile (a sampled table); a tile
@@ -416,13 +373,21 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
                     const std::vector<Table>& tables, const std::vector<uint32_t>& enc, bool unseen,
                     const uint8_t* carry, std::vector<uint8_t>* out) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
+  const uint64_t packed = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
+  const uint64_t raw_bytes = packed + (carry != nullptr ? plan::kCarryBytes : 0);
+  auto raw_tile = [&] {
+    out->assign(raw_bytes, 0);
+    Pack(n, exp_bits, out->data(), [&](uint64_t i) { return uint32_t{sym[begin + i]}; });
+    if (carry != nullptr) std::memcpy(out->data() + packed, carry, plan::kCarryBytes);
+    return static_cast<uint32_t>(raw_bytes) | kTileRaw;
+  };
   if (unseen) {  // order-0 only (sampled tables)
     uint32_t missing = 0;
     for (uint64_t i = begin; i < end; ++i) missing |= tables[0].freq[sym[i]] == 0;
-    if (missing != 0) return RawTile(sym, begin, end, exp_bits, carry, out);
+    if (missing != 0) return raw_tile();
   }
   uint32_t x[kLanes];
-  StartStates(carry, x);
+  for (int l = 0; l < kLanes; ++l) x[l] = carry != nullptr ? kL | Get<uint16_t>(carry + 2 * l) : kL;
   // At most one word per symbol; the stream is written from the end backwards.
   thread_local std::vector<uint16_t> word_buf(kMaxTileSymbols + 1);  // n <= kMaxTileSymbols
   uint16_t* const words_end = word_buf.data() + n + 1;
@@ -469,7 +434,15 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
       x[l] = ((v / f) << kProbBits) + (v % f) + t.cum[s];
     }
   }
-  return CodedTile(x, pos, words_end, sym, begin, end, exp_bits, carry, out);
+  const size_t nwords = static_cast<size_t>(words_end - pos);
+  const uint64_t coded = (kLanes * 4 + nwords * 2 + 3) & ~uint64_t{3};
+  if (coded >= raw_bytes) return raw_tile();
+  out->assign(coded, 0);
+  uint8_t* p = out->data();
+  for (int l = 0; l < kLanes; ++l) Put<uint32_t>(p + 4 * l, x[l]);
+  p += kLanes * 4;
+  for (size_t k = 0; k < nwords; ++k) Put<uint16_t>(p + 2 * k, pos[k]);
+  return static_cast<uint32_t>(coded);
 }
 
 struct DecodeTable {
@@ -477,12 +450,6 @@ struct DecodeTable {
   uint8_t slot_sym[kM];
   // Per slot, for the SIMD decoder: sym | (freq - 1) << 8 | (slot - cum) << 20.
   uint32_t packed[kM];
-};
-
-// A pair table as the decoder uses it: per slot, its pair (a << 8 | b), the
-// pair's frequency and its cumulative frequency.
-struct DecodePairTable {
-  uint16_t pair[kM], freq[kM], cum[kM];
 };
 
 // Decodes `rounds` full rounds (32 symbols each) with AVX-512: 16 lanes per
@@ -527,14 +494,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
 }
 
 // `carry`: where the tile's carry bytes go, or null when it has none.
-// `pairs`: the chunk's pair table (PAIRS chunks), used unless the tile is
-// kTileSingle (coded with tables[0]).
 absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uint64_t end, uint32_t exp_bits,
-                        const uint8_t* table_of, const std::vector<DecodeTable>& tables,
-                        const DecodePairTable* pairs, uint8_t* sym, uint8_t* carry) {
+                        const uint8_t* table_of, const std::vector<DecodeTable>& tables, uint8_t* sym,
+                        uint8_t* carry) {
   const uint32_t n = static_cast<uint32_t>(end - begin);
-  const uint32_t size = entry & ~(kTileRaw | (pairs != nullptr ? kTileSingle : 0));
-  if (entry & kTileSingle) pairs = nullptr;
+  const uint32_t size = entry & ~kTileRaw;
   if (entry & kTileRaw) {
     const uint64_t packed = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
     if (size != packed + (carry != nullptr ? plan::kCarryBytes : 0)) return Corrupt("raw tile size");
@@ -550,33 +514,9 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
   }
   const uint8_t* w = tile + kLanes * 4;
   const uint8_t* w_end = tile + size;
-  // One rANS step: the state after symbol (or pair) `slot` of frequency f
-  // and cumulative frequency c, renormalised from the stream.
-  auto step = [&](uint32_t xl, uint32_t slot, uint32_t f, uint32_t c, uint32_t* next) {
-    const uint32_t v = f * (xl >> kProbBits) + slot - c;
-    const bool renorm = v < kL;
-    if (renorm && w + 2 > w_end) return false;
-    const uint32_t word = w + 2 <= w_end ? Get<uint16_t>(w) : 0;
-    *next = renorm ? (v << 16) | word : v;
-    w += renorm ? 2 : 0;
-    return true;
-  };
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
   uint32_t r = 0;
-  if (pairs != nullptr) {  // pair j: symbols 2j and 2j + 1 (the last dropped past n)
-    const uint32_t np = (n + 1) / 2;
-    for (r = 0; r < (np + kLanes - 1) / kLanes; ++r) {
-      for (int l = 0; l < kLanes; ++l) {
-        const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
-        if (j >= np) break;
-        const uint32_t slot = x[l] & (kM - 1);
-        if (!step(x[l], slot, pairs->freq[slot], pairs->cum[slot], &x[l])) return Corrupt("rANS stream ends early");
-        sym[begin + 2 * j] = static_cast<uint8_t>(pairs->pair[slot] >> 8);
-        if (2 * j + 1 < n) sym[begin + 2 * j + 1] = static_cast<uint8_t>(pairs->pair[slot]);
-      }
-    }
-    r = rounds;  // no single-symbol rounds
-  } else if (kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
+  if (kHasAvx512 && g_simd.load(std::memory_order_relaxed)) {
     const uint32_t full = n / kLanes;  // the partial last round stays scalar
     const int32_t stride = static_cast<int32_t>(sizeof(DecodeTable) / 4);
     if (!DecodeRoundsAvx512(x, &w, w_end, full, table_of != nullptr ? table_of + begin : nullptr, tables[0].packed,
@@ -593,7 +533,12 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
       const uint32_t slot = x[l] & (kM - 1);
       const uint32_t s = t.slot_sym[slot];
       if (t.freq[s] == 0) return Corrupt("coded symbol uses an empty table");
-      if (!step(x[l], slot, t.freq[s], t.cum[s], &x[l])) return Corrupt("rANS stream ends early");
+      uint32_t v = t.freq[s] * (x[l] >> kProbBits) + slot - t.cum[s];
+      const bool renorm = v < kL;
+      if (renorm && w + 2 > w_end) return Corrupt("rANS stream ends early");
+      const uint32_t word = w + 2 <= w_end ? Get<uint16_t>(w) : 0;
+      x[l] = renorm ? (v << 16) | word : v;
+      w += renorm ? 2 : 0;
       sym[begin + j] = static_cast<uint8_t>(s);
     }
   }
@@ -610,13 +555,8 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
 
 // ---- channel grouping (KV-aware mode) -------------------------------------
 
-struct PairTable;
-
 struct Grouping {
   uint32_t groups = 1;
-  // The pair candidate: `tables` holds the order-0 table, then this table of
-  // pairs follows it in the chunk.
-  std::shared_ptr<const PairTable> pairs;
   std::vector<uint8_t> channel_group;  // C entries, empty when groups == 1
   std::vector<Table> tables;
   size_t side_bytes = 0;  // map + tables
@@ -641,7 +581,7 @@ void CountSymbols(absl::Span<const uint8_t> sym, uint64_t part[4][256]) {
 // its sample (plan::Sampled): elements [k block, (k + 1) block) for k a
 // multiple of plan::kSampleStride. A sampled cost is scaled by the stride
 // (an estimate, as split-send's EstimatedChunkBytes is).
-Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0, uint64_t* hist_out = nullptr) {
+Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
   uint64_t part[4][256] = {};
   if (block == 0) {
     CountSymbols(sym, part);
@@ -652,128 +592,11 @@ Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0, uint64_t* his
   }
   uint64_t hist[256];
   for (int s = 0; s < 256; ++s) hist[s] = part[0][s] + part[1][s] + part[2][s] + part[3][s];
-  if (hist_out != nullptr) std::memcpy(hist_out, hist, sizeof(hist));
   Grouping g;
   g.tables.push_back(Normalize(hist));
   g.side_bytes = TableBytes(g.tables[0]);
   g.cost_q16 = CostQ16(hist, g.tables[0]) * (block == 0 ? 1 : plan::kSampleStride);
   return g;
-}
-
-// ---- symbol pairs (format flag PAIRS) -------------------------------------
-
-// An order-0 table of symbol pairs: pair j of a tile is its symbols 2j and
-// 2j + 1 (the last symbol twice when the tile's count is odd). Over the span
-// lo .. lo + S - 1 of the chunk's symbols (its sample's, when sampled; S <=
-// plan::kMaxPairSpan), pair (a, b) has index (a - lo) S + (b - lo), the
-// order of the format's cumulative frequencies: by first symbol, then second.
-struct PairTable {
-  uint32_t lo = 0, S = 0;
-  std::vector<uint32_t> freq;  // S x S, by index
-  std::vector<uint32_t> fc;    // freq | cum << 16, by index
-
-  // False for a symbol outside the span.
-  bool Has(uint32_t a) const { return a - lo < S; }
-  uint32_t Index(uint32_t a, uint32_t b) const { return (a - lo) * S + (b - lo); }
-  // In the chunk: u16 lo, u16 S, then S x S u16 frequencies by index.
-  size_t Bytes() const { return 4 + 2 * S * S; }
-  uint8_t* Write(uint8_t* p) const {
-    Put<uint16_t>(p, static_cast<uint16_t>(lo));
-    Put<uint16_t>(p + 2, static_cast<uint16_t>(S));
-    p += 4;
-    for (uint32_t k = 0; k < S * S; ++k, p += 2) Put<uint16_t>(p, static_cast<uint16_t>(freq[k]));
-    return p;
-  }
-};
-
-// The pair candidate, from the order-0 histogram `hist` of the same symbols
-// (for their span): counts the pairs of the chunk, or of its sample (`block`
-// as for Order0), normalises and costs them. False when the symbols span
-// more than plan::kMaxPairSpan values.
-bool PairCandidate(absl::Span<const uint8_t> sym, const uint64_t hist[256], uint64_t block, PairTable* pt,
-                   uint64_t* cost_q16) {
-  int first = -1, last = -1;
-  for (int s = 0; s < 256; ++s) {
-    if (hist[s] == 0) continue;
-    if (first < 0) first = s;
-    last = s;
-  }
-  if (first < 0 || static_cast<uint32_t>(last - first + 1) > plan::kMaxPairSpan) return false;
-  pt->lo = static_cast<uint32_t>(first);
-  pt->S = static_cast<uint32_t>(last - first + 1);
-  const uint32_t K = pt->S * pt->S;
-  std::vector<uint64_t> count(K, 0);
-  // Pairs of elements [e0, e1), e0 even. Tiles and sample blocks hold an
-  // even number of symbols, so only the chunk's last symbol can pair with
-  // itself.
-  auto add = [&](uint64_t e0, uint64_t e1) {
-    uint64_t i = e0;
-    for (; i + 2 <= e1; i += 2) ++count[pt->Index(sym[i], sym[i + 1])];
-    if (i < e1) ++count[pt->Index(sym[i], sym[i])];
-  };
-  const uint64_t n = sym.size();
-  if (block == 0) {
-    add(0, n);
-  } else {
-    for (uint64_t e = 0; e < n; e += block * plan::kSampleStride) add(e, std::min(n, e + block));
-  }
-  pt->freq.assign(K, 0);
-  pt->fc.assign(K, 0);
-  NormalizeCounts(count.data(), K, pt->freq.data());
-  if (*std::max_element(pt->freq.begin(), pt->freq.end()) > plan::kMaxPairFreq) return false;
-  uint64_t q = 0;
-  uint32_t cum = 0;
-  for (uint32_t k = 0; k < K; ++k) {
-    if (count[k] != 0) q += plan::CostQ16(count[k], pt->freq[k]);
-    pt->fc[k] = pt->freq[k] | cum << 16;
-    cum += pt->freq[k];
-  }
-  *cost_q16 = q * (block == 0 ? 1 : plan::kSampleStride);
-  return true;
-}
-
-// Codes the symbol pairs of tile [begin, end) (coded or RAW, as EncodeTile):
-// lane l owns pairs j = l mod 32, round r pairs [32 r, 32 r + 32), and the
-// encoder visits rounds last to first and lanes 31 down to 0, as for single
-// symbols. `unseen`: the tables may lack symbols or pairs of the tile (a
-// sampled table). A tile with a pair the pair table lacks is coded by
-// EncodeTile with the order-0 table tables[0] (kTileSingle), which stores it
-// RAW if it lacks a symbol.
-uint32_t EncodePairTile(const uint8_t* sym, uint64_t begin, uint64_t end, uint32_t exp_bits, const PairTable& pt,
-                        const std::vector<Table>& tables, const std::vector<uint32_t>& enc, bool unseen,
-                        const uint8_t* carry, std::vector<uint8_t>* out) {
-  const uint32_t n = static_cast<uint32_t>(end - begin), pairs = (n + 1) / 2;
-  auto second = [&](uint32_t j) { return sym[begin + (2 * j + 1 < n ? 2 * j + 1 : 2 * j)]; };
-  if (unseen) {
-    for (uint32_t j = 0; j < pairs; ++j) {
-      const uint8_t a = sym[begin + 2 * j], b = second(j);
-      if (!pt.Has(a) || !pt.Has(b) || pt.freq[pt.Index(a, b)] == 0) {
-        const uint32_t entry = EncodeTile(sym, begin, end, nullptr, exp_bits, tables, enc, true, carry, out);
-        return entry & kTileRaw ? entry : entry | kTileSingle;
-      }
-    }
-  }
-  uint32_t x[kLanes];
-  StartStates(carry, x);
-  // At most one word per pair; the stream is written from the end backwards.
-  thread_local std::vector<uint16_t> word_buf(kMaxTileSymbols / 2 + 1);
-  uint16_t* const words_end = word_buf.data() + pairs + 1;
-  uint16_t* pos = words_end;
-  for (uint32_t r = (pairs + kLanes - 1) / kLanes; r-- > 0;) {
-    for (int l = kLanes - 1; l >= 0; --l) {
-      const uint32_t j = r * kLanes + static_cast<uint32_t>(l);
-      if (j >= pairs) continue;
-      const uint32_t fc = pt.fc[pt.Index(sym[begin + 2 * j], second(j))];
-      const uint32_t f = fc & 0xffff;
-      uint32_t v = x[l];
-      if (v >= uint64_t{f} << (32 - kProbBits)) {
-        *--pos = static_cast<uint16_t>(v);
-        v >>= 16;
-      }
-      x[l] = ((v / f) << kProbBits) + (v % f) + (fc >> 16);
-    }
-  }
-  return CodedTile(x, pos, words_end, sym, begin, end, exp_bits, carry, out);
 }
 
 // KV-aware mode: channels ranked by mean exponent (plan::ChannelKey), cut into
@@ -1000,19 +823,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   // Large bf16 chunks without channel groups: order-0 from a sample.
   const bool grouping = o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
   const bool sampled = plan::Sampled(o.dtype == DType::kBF16, n, grouping);
-  const uint64_t sample_block = sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0;
-  uint64_t hist0[256];
-  Grouping best = Order0({sym, n}, sample_block, hist0);
-  if (o.pairs) {
-    auto pt = std::make_shared<PairTable>();
-    Grouping cand;
-    if (PairCandidate({sym, n}, hist0, sample_block, pt.get(), &cand.cost_q16)) {
-      cand.tables = best.tables;  // for tiles with a pair the sample lacks
-      cand.side_bytes = TableBytes(cand.tables[0]) + pt->Bytes();
-      cand.pairs = std::move(pt);
-      if (cand.TotalQ16() < best.TotalQ16()) best = std::move(cand);
-    }
-  }
+  Grouping best = Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
   if (grouping) {
     const ChannelStats stats({sym, n}, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
@@ -1045,12 +856,6 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     for (int sy = 0; sy < 256; ++sy) enc[t * 256 + sy] = best.tables[t].freq[sy] | best.tables[t].cum[sy] << 16;
   }
   ParallelFor(tiles, threads, [&](uint64_t t) {
-    const uint8_t* tile_carry = t < carry_tiles ? carry.data() + t * plan::kCarryBytes : nullptr;
-    if (best.pairs) {
-      dir[t] = EncodePairTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), sp.info.exp_bits, *best.pairs,
-                              best.tables, enc, sampled, tile_carry, &tile_bytes[t]);
-      return;
-    }
     dir[t] = EncodeTile(sym, t * tile, std::min<uint64_t>(n, (t + 1) * tile), table_of, sp.info.exp_bits, best.tables,
                         enc, sampled, t < carry_tiles ? carry.data() + t * plan::kCarryBytes : nullptr,
                         &tile_bytes[t]);
@@ -1059,7 +864,6 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   // 4. Assemble, or store when coding does not pay.
   uint64_t payload = raw_plane + (best.groups > 1 ? channels : 0) + 4ull * tiles;
   for (const auto& t : best.tables) payload += TableBytes(t);
-  if (best.pairs) payload += best.pairs->Bytes();
   const uint64_t pad = TilePad(kHeaderBytes + payload);
   payload += pad;
   for (uint32_t t = 0; t < tiles; ++t) payload += tile_bytes[t].size();
@@ -1076,7 +880,6 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     p += 4;
     for (uint32_t s = t.lo; s < t.lo + t.count; ++s, p += 2) Put<uint16_t>(p, static_cast<uint16_t>(t.freq[s]));
   }
-  if (best.pairs) p = best.pairs->Write(p);
   for (uint32_t t = 0; t < tiles; ++t, p += 4) Put<uint32_t>(p, dir[t]);
   std::memset(p, 0, pad);
   p += pad;
@@ -1085,7 +888,7 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     std::memcpy(p, tb.data(), tb.size());
     p += tb.size();
   }
-  header(best.groups > 1 ? kFlagChannelGroups : best.pairs ? kFlagPairs : 0, best.groups, tile_log2, tiles, raw_plane, payload);
+  header(best.groups > 1 ? kFlagChannelGroups : 0, best.groups, tile_log2, tiles, raw_plane, payload);
   return kHeaderBytes + payload;
 }
 
@@ -1098,41 +901,9 @@ struct Parsed {
   const uint8_t* raw_plane = nullptr;
   const uint8_t* channel_map = nullptr;
   std::vector<DecodeTable> tables;
-  std::unique_ptr<DecodePairTable> pairs;  // PAIRS: the pair table (`tables` holds the order-0 one)
   std::vector<uint32_t> dir;
   std::vector<const uint8_t*> tile_ptr;
 };
-
-// The pair table (format flag PAIRS) from `take` (the section reader):
-// u16 lo, u16 S (1..plan::kMaxPairSpan, lo + S <= 2^E), then S x S u16
-// frequencies of at most plan::kMaxPairFreq summing to exactly kM. Builds p->pairs when `build`.
-template <typename Take>
-absl::Status ParsePairTable(Take& take, uint32_t E, bool build, Parsed* p) {
-  const uint8_t* h = take(4);
-  if (h == nullptr) return Corrupt("truncated pair table");
-  const uint32_t lo = Get<uint16_t>(h), S = Get<uint16_t>(h + 2);
-  if (S == 0 || S > plan::kMaxPairSpan || lo + S > (1u << E)) return Corrupt("pair table range");
-  const uint8_t* f = take(2ull * S * S);
-  if (f == nullptr) return Corrupt("truncated pair table");
-  if (build) p->pairs = std::make_unique<DecodePairTable>();
-  uint32_t c = 0;
-  for (uint32_t k = 0; k < S * S; ++k) {
-    const uint32_t fr = Get<uint16_t>(f + 2 * k);
-    if (fr > plan::kMaxPairFreq) return Corrupt("pair frequency above 2048");
-    if (c + fr > kM) return Corrupt("pair table sums past 4096");
-    if (build) {
-      DecodePairTable& t = *p->pairs;
-      for (uint32_t slot = c; slot < c + fr; ++slot) {
-        t.pair[slot] = static_cast<uint16_t>((lo + k / S) << 8 | (lo + k % S));
-        t.freq[slot] = static_cast<uint16_t>(fr);
-        t.cum[slot] = static_cast<uint16_t>(c);
-      }
-    }
-    c += fr;
-  }
-  if (c != kM) return Corrupt("pair table does not sum to 4096");
-  return absl::OkStatus();
-}
 
 absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tables) {
   if (in == nullptr || in_bytes < kHeaderBytes) return Corrupt("shorter than its 64-byte header");
@@ -1144,7 +915,7 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   if (!split.ok()) return Corrupt(std::string(split.status().message()));
   p.split = *split;
   const uint16_t flags = Get<uint16_t>(in + 6);
-  if (flags & ~(kFlagStored | kFlagChannelGroups | kFlagPairs)) return Corrupt("unknown flags");
+  if (flags & ~(kFlagStored | kFlagChannelGroups)) return Corrupt("unknown flags");
   if (in[31] != 0 || Get<uint32_t>(in + 36) != 0) return Corrupt("reserved fields set");
   const uint64_t n = Get<uint64_t>(in + 8);
   if (n > kMaxElements) return Corrupt("element count too large");
@@ -1163,9 +934,8 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   p.info.chunk_bytes = in_bytes;
   p.info.stored = flags & kFlagStored;
   p.info.channel_groups = flags & kFlagChannelGroups;
-  p.info.pairs = flags & kFlagPairs;
   if (p.info.stored) {
-    if (p.info.channel_groups || p.info.pairs || p.info.tables != 0 || p.info.tile_log2 != 0 || p.info.tiles != 0 ||
+    if (p.info.channel_groups || p.info.tables != 0 || p.info.tile_log2 != 0 || p.info.tiles != 0 ||
         p.info.raw_plane_bytes != 0 || payload != p.info.original_bytes) {
       return Corrupt("inconsistent stored chunk");
     }
@@ -1180,7 +950,6 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   if (p.info.tiles != plan::TileCount(n, p.info.tile_log2)) return Corrupt("tile count");
   if (p.info.tables < 1 || p.info.tables > kMaxTables) return Corrupt("table count");
   if (!p.info.channel_groups && p.info.tables != 1) return Corrupt("several tables without a channel map");
-  if (p.info.pairs && p.info.channel_groups) return Corrupt("symbol pairs with a channel map");
   const uint8_t* cur = in + kHeaderBytes;
   const uint8_t* end = in + in_bytes;
   auto take = [&](uint64_t bytes) -> const uint8_t* {
@@ -1202,7 +971,8 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   }
   if (build_tables) p.tables.resize(p.info.tables);
   std::vector<bool> empty(p.info.tables);
-  for (uint32_t t = 0; t < p.info.tables; ++t) {    const uint8_t* h = take(4);
+  for (uint32_t t = 0; t < p.info.tables; ++t) {
+    const uint8_t* h = take(4);
     if (h == nullptr) return Corrupt("truncated table");
     const uint32_t lo = Get<uint16_t>(h), count = Get<uint16_t>(h + 2);
     if (lo + count > (1u << E)) return Corrupt("table range");
@@ -1241,10 +1011,6 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   } else if (empty[0]) {
     return Corrupt("empty table");
   }
-  if (p.info.pairs) {  // after the order-0 table
-    auto status = ParsePairTable(take, E, build_tables, &p);
-    if (!status.ok()) return status;
-  }
   const uint8_t* d = take(4ull * p.info.tiles);
   if (d == nullptr) return Corrupt("truncated tile directory");
   const uint64_t pad = TilePad(static_cast<uint64_t>(cur - in));
@@ -1257,12 +1023,10 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
   p.tile_ptr.resize(p.info.tiles);
   for (uint32_t t = 0; t < p.info.tiles; ++t) {
     p.dir[t] = Get<uint32_t>(d + 4 * t);
-    const uint32_t size = p.dir[t] & ~(kTileRaw | (p.info.pairs ? kTileSingle : 0));
-    if (p.info.pairs && (p.dir[t] & kTileRaw) && (p.dir[t] & kTileSingle)) return Corrupt("tile both RAW and single");
+    const uint32_t size = p.dir[t] & ~kTileRaw;
     if (size % 4 != 0) return Corrupt("tile size not a multiple of 4");
     if ((p.tile_ptr[t] = take(size)) == nullptr) return Corrupt("truncated tile");
     p.info.raw_tiles += (p.dir[t] & kTileRaw) ? 1 : 0;
-    p.info.single_tiles += p.info.pairs && (p.dir[t] & kTileSingle) ? 1 : 0;
   }
   if (cur != end) return Corrupt("trailing bytes");
   return p;
@@ -1315,7 +1079,7 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
       const uint64_t b = t * tile, e = std::min<uint64_t>(n, (t + 1) * tile);
       const bool carries = t < carry_tiles;
       uint8_t carry[plan::kCarryBytes];
-      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, p.pairs.get(), sym,
+      status[t] = DecodeTile(p.tile_ptr[t], p.dir[t], b, e, p.split.info.exp_bits, table_of, p.tables, sym,
                              carries ? carry : nullptr);
       if (!status[t].ok()) return;
       // The tile's part of the whole plane: the chunk's plane, then its carry.

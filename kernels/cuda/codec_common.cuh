@@ -20,8 +20,7 @@ constexpr uint32_t kM = 1u << kProbBits;
 constexpr uint32_t kL = 1u << 16;
 constexpr uint32_t kMaxTables = 16;
 constexpr uint32_t kTileRaw = 1u << 31;
-constexpr uint32_t kTileSingle = 1u << 30;  // PAIRS chunks: a tile coded with the order-0 table
-constexpr uint16_t kStored = 1, kGroups = 2, kPairs = 4;
+constexpr uint16_t kStored = 1, kGroups = 2;
 constexpr uint64_t kMaxElements = 1ull << 40;
 // The encoder groups channels only up to this many (as the CPU reference).
 constexpr uint32_t kMaxGroupedChannels = 8192;

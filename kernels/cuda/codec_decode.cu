@@ -30,21 +30,6 @@ struct GroupTables {
   uint8_t bucket[kMaxTables][kM >> kBucketLog2];
 };
 
-// A PAIRS chunk's tables (docs/codec-format.md, "Symbol pairs"). Per slot of
-// the pair table: (freq - 1) | (slot - cum) << 11 | (a - lo) << 22 |
-// (b - lo) << 27 for the pair (a, b) holding the slot (frequencies are at
-// most 2048, the span at most 32); ab[entry >> 22] = a | b << 8, the two
-// symbols as the stage takes them; and the order-0 table, for SINGLE tiles,
-// in GroupTables' compact form (fc, bucket). Fits in GroupTables' place.
-struct PairTables {
-  uint32_t slot[kM];
-  uint16_t ab[1024];
-  uint32_t fc[257];
-  uint8_t bucket[kM >> kBucketLog2];
-  uint8_t pad[12];
-};
-static_assert(sizeof(PairTables) % 16 == 0 && sizeof(PairTables) <= sizeof(GroupTables), "in GroupTables' place");
-
 struct ChunkState {
   uint64_t n, orig_bytes, checksum, channels;
   uint64_t raw_off, map_off, dir_off, tiles_start, bytes;
@@ -54,17 +39,10 @@ struct ChunkState {
   Addr out;
 };
 
-// A directory entry's size bits: bits 0..30, or 0..29 in a PAIRS chunk
-// (bit 30 SINGLE).
-__device__ __forceinline__ uint32_t SizeMask(const ChunkState& s) {
-  return s.flags & kPairs ? ~(kTileRaw | kTileSingle) : ~kTileRaw;
-}
-
 struct Workspace {
   ChunkState* state;
   SlotTable* tables;        // [max_chunks]: one-table chunks
   GroupTables* groups;      // [max_chunks]: grouped chunks
-  PairTables* pairs;        // [max_chunks]: PAIRS chunks
   unsigned long long* sum;  // [max_chunks]
 };
 
@@ -91,64 +69,6 @@ __device__ __forceinline__ void PublishState(const ChunkState& s, ChunkState* ds
 // the state in shared memory and the directory's padding loaded early,
 // against the state read back from the workspace.
 constexpr uint32_t kParseThreads = 1024;
-
-// Parse's part for a PAIRS chunk (the whole block; kParseThreads >= 1024
-// pairs): the pair table at window + at (span S, symbols from lo), checked
-// (every frequency <= 2048, the sum 4096: else *err), into t's slot entries
-// and ab; the order-0 table (freq, cum; symbol_at finds a slot's symbol)
-// into t's compact form.
-template <typename SymbolAt>
-__device__ void BuildPairTables(const uint8_t* window, uint32_t at, uint32_t lo, uint32_t S, const uint16_t* freq,
-                                const uint16_t* cum, const SymbolAt& symbol_at, PairTables* t, int32_t* err) {
-  static_assert(kParseThreads >= 1024, "a thread a pair");
-  __shared__ uint16_t pfreq[1024];
-  __shared__ uint16_t pcum[1025];
-  __shared__ uint32_t warp_sum[kParseThreads / 32];
-  const uint32_t k = threadIdx.x, K = S * S, lane = k % 32, warp = k / 32;
-  const uint32_t f = k < K ? Ld16(window + at + 2 * k) : 0;
-  if (f > plan::kMaxPairFreq) *err = kBadSection;
-  pfreq[k] = static_cast<uint16_t>(f);
-  // Cumulative frequencies: a warp scan, then one over the warps' sums.
-  const uint32_t incl = WarpInclusiveScan(f);
-  if (lane == 31) warp_sum[warp] = incl;
-  __syncthreads();
-  if (warp == 0) warp_sum[lane] = WarpInclusiveScan(warp_sum[lane]);
-  __syncthreads();
-  const uint32_t before = (warp == 0 ? 0 : warp_sum[warp - 1]) + incl - f;
-  pcum[k] = static_cast<uint16_t>(min(before, kM));
-  if (k == 0) {
-    const uint32_t total = warp_sum[kParseThreads / 32 - 1];
-    pcum[1024] = static_cast<uint16_t>(min(total, kM));
-    if (total != kM) *err = kBadSection;
-  }
-  // ab: entry >> 22 = (a - lo) | (b - lo) << 5.
-  t->ab[k] = static_cast<uint16_t>((lo + k % 32) | (lo + k / 32) << 8);
-  for (uint32_t q = k; q < 257; q += blockDim.x) t->fc[q] = q == 256 ? kM << 16 : freq[q] | uint32_t{cum[q]} << 16;
-  for (uint32_t b = k; b < (kM >> kBucketLog2); b += blockDim.x) t->bucket[b] = static_cast<uint8_t>(symbol_at(0, b << kBucketLog2));
-  __syncthreads();
-  if (*err != kOk) return;
-  // Slot entries, 4 consecutive slots a thread: the first slot's pair by
-  // binary search (the last pair whose cum is <= the slot), then a walk.
-  for (uint32_t slot0 = 4 * k; slot0 < kM; slot0 += 4 * blockDim.x) {
-    uint32_t a = 0, b = K - 1;
-    while (a < b) {
-      const uint32_t mid = (a + b + 1) / 2;
-      if (pcum[mid] <= slot0) {
-        a = mid;
-      } else {
-        b = mid - 1;
-      }
-    }
-    uint32_t pair = a, v[4];
-#pragma unroll
-    for (uint32_t q = 0; q < 4; ++q) {
-      const uint32_t slot = slot0 + q;
-      while (pair + 1 < K && pcum[pair + 1] <= slot) ++pair;  // skips pairs of frequency 0
-      v[q] = (pfreq[pair] - 1u) | (slot - pcum[pair]) << 11 | (pair / S) << 22 | (pair % S) << 27;
-    }
-    *reinterpret_cast<uint4*>(t->slot + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
-  }
-}
 __global__ void __launch_bounds__(kParseThreads)
     ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
   WaitForPrevious();
@@ -160,11 +80,9 @@ __global__ void __launch_bounds__(kParseThreads)
   __shared__ uint64_t tables_at, dir_off, tiles_start;
   __shared__ uint32_t window_bytes;
   __shared__ uint32_t table_at[kMaxTables], table_lo[kMaxTables], table_count[kMaxTables];
-  __shared__ uint32_t pair_at, pair_lo, pair_span;  // PAIRS: the pair table in the window
   // Parse is a chain of round trips to memory (the kernel takes as long as
   // they do): the header, then the whole table section (at most kMaxTables
-  // tables of 4 + 512 bytes, or a table and a pair table of at most 4 + 2048)
-  // in one load a thread, then the directory.
+  // tables of 4 + 512 bytes) in one load a thread, then the directory.
   __shared__ uint8_t header[kHeader];
   __shared__ uint8_t window[kMaxTables * (4 + 2 * 256)];
   if (threadIdx.x < kHeader && ch.bytes >= kHeader) header[threadIdx.x] = ch.data[threadIdx.x];
@@ -192,7 +110,7 @@ __global__ void __launch_bounds__(kParseThreads)
       s.mant_bits = e.mant_bits;
       s.opaque = e.opaque;
       s.flags = Ld16(h + 6);
-      if ((s.flags & ~7u) || h[31] != 0 || Ld32(h + 36) != 0) {
+      if ((s.flags & ~3u) || h[31] != 0 || Ld32(h + 36) != 0) {
         err = kBadHeader;
         break;
       }
@@ -217,8 +135,7 @@ __global__ void __launch_bounds__(kParseThreads)
         break;
       }
       if (s.flags & kStored) {
-        if ((s.flags & (kGroups | kPairs)) || s.tables || s.tile_log2 || s.tiles || raw_plane ||
-            payload != s.orig_bytes) {
+        if ((s.flags & kGroups) || s.tables || s.tile_log2 || s.tiles || raw_plane || payload != s.orig_bytes) {
           err = kBadSection;
         }
         s.tiles = static_cast<uint32_t>((s.orig_bytes + kMaxTile - 1) / kMaxTile);  // copy in 16 KiB pieces
@@ -228,7 +145,7 @@ __global__ void __launch_bounds__(kParseThreads)
       if (s.n == 0 || s.tile_log2 < plan::kMinTileLog2 || s.tile_log2 > plan::kMaxTileLog2 ||
           raw_plane != plan::RawPlaneBytes(s.n, s.raw_bits, s.tile_log2) ||
           s.tiles != plan::TileCount(s.n, s.tile_log2) || s.tables < 1 || s.tables > kMaxTables ||
-          (!(s.flags & kGroups) && s.tables != 1) || ((s.flags & kGroups) && (s.flags & kPairs))) {
+          (!(s.flags & kGroups) && s.tables != 1)) {
         err = kBadSection;
         break;
       }
@@ -293,20 +210,6 @@ __global__ void __launch_bounds__(kParseThreads)
       if (table_lo[t] + table_count[t] > (1u << s.exp_bits) || off > window_bytes) {
         err = kBadSection;
         break;
-      }
-    }
-    if (err == kOk && (s.flags & kPairs)) {  // after the order-0 table: u16 lo, u16 S, S x S frequencies
-      if (off + 4 > window_bytes) {
-        err = kBadSection;
-      } else {
-        pair_lo = Ld16(window + off);
-        pair_span = Ld16(window + off + 2);
-        pair_at = off + 4;
-        off += 4 + 2 * pair_span * pair_span;
-        if (pair_span == 0 || pair_span > plan::kMaxPairSpan || pair_lo + pair_span > (1u << s.exp_bits) ||
-            off > window_bytes) {
-          err = kBadSection;
-        }
       }
     }
     const uint64_t dir = tables_at + off;
@@ -390,13 +293,6 @@ __global__ void __launch_bounds__(kParseThreads)
     }
     return lo;
   };
-  if (s.flags & kPairs) {
-    BuildPairTables(window, pair_at, pair_lo, pair_span, sfreq[0], scum[0], symbol_at, &ws.pairs[c], &err);
-    __syncthreads();
-    if (err == kOk) PublishState(s, &ws.state[c]);
-    if (threadIdx.x == 0) status[c] = err;
-    return;
-  }
   if (s.tables > 1) {  // grouped: compact tables (GroupTables)
     GroupTables& g = ws.groups[c];
     for (uint32_t k = threadIdx.x; k < s.tables * 257; k += blockDim.x) {
@@ -456,7 +352,6 @@ struct DecodeShared {
   union {
     SlotTable table;     // a single-table chunk's slot table
     GroupTables groups;  // a grouped chunk's tables
-    PairTables pairs;    // a PAIRS chunk's tables
   };
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
@@ -760,12 +655,10 @@ __device__ __forceinline__ void FetchShifted(const uint8_t* g, uint32_t b, uint3
 // One warp, one coded tile: 32 rANS lanes reading the word stream through the
 // ring; every 16 rounds the staged symbols are joined with the raw plane and
 // written out (EmitSegment). kGroups: the chunk maps channels to tables.
-// kPairs: each step decodes a pair of symbols (table_at gives both, a | b <<
-// 8), so a segment is 8 rounds of 32 pairs.
 // raw: the raw plane less the carries of the tiles before this one, so that
 // raw + (a byte's offset in the whole plane) is that byte; `carries`: the
 // tile's last kCarryBytes of it are in the lanes' final states instead.
-template <typename E, bool kGroups, bool kOdd, bool kPairs = false, typename TableAt>
+template <typename E, bool kGroups, bool kOdd, typename TableAt>
 __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8_t* in, const uint8_t* tile,
                                                 uint32_t size, uint64_t begin, uint32_t n, const TableAt& table_at,
                                                 uint8_t* st, uint16_t (*rings)[kRing], uint8_t* rs, const uint64_t* key,
@@ -839,11 +732,7 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     const uint32_t word = *reinterpret_cast<volatile const uint16_t*>(reinterpret_cast<const uint8_t*>(rings) + at);
     x = need ? (y << 16) | word : (active ? y : x);
     wb += 2 * __popc(mask);
-    if constexpr (kPairs) {
-      reinterpret_cast<uint16_t*>(st)[r * 32 + lane] = static_cast<uint16_t>(sym);
-    } else {
-      st[r * 32 + lane] = static_cast<uint8_t>(sym);
-    }
+    st[r * 32 + lane] = static_cast<uint8_t>(sym);
     if (kGroups) {
       ch_idx += ch_step;
       if (ch_idx >= C) ch_idx -= C;
@@ -865,13 +754,12 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
     } else if (whole) {
       FetchRaw<E>(raw, begin + seg * kSeg, first, rs, &rlead);
     }
-    constexpr uint32_t kStep = kPairs ? 2 : 1;  // symbols a lane decodes a round
-    if (whole) {  // every lane active in all rounds
+    if (whole) {  // every lane active in all 16 rounds
 #pragma unroll
-      for (uint32_t r = 0; r < kSegRounds / kStep; ++r) round(r, true);
-    } else {  // of pairs, the last may be a symbol paired with itself
-      const uint32_t left = (n - seg * kSeg + kStep - 1) / kStep;
-      for (uint32_t r = 0; r < (left + 31) / 32; ++r) round(r, r * 32 + lane < left);
+      for (uint32_t r = 0; r < kSegRounds; ++r) round(r, true);
+    } else {
+      const uint32_t rounds = (n - seg * kSeg + 31) / 32;
+      for (uint32_t r = 0; r < rounds; ++r) round(r, seg * kSeg + r * 32 + lane < n);
     }
     if (!kIsBf16<E> && whole) CpAsyncWait<0>();
     __syncwarp();
@@ -930,12 +818,10 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
   // of 4 within the chunk, and the last tile ends where the chunk does.
   uint64_t tile_off = s.tiles_start;
   for (uint32_t w = 0; w < blockDim.x / 32; ++w) tile_off += sh.dir_low[w];
-  const uint32_t mask = SizeMask(s);
-  for (uint32_t w = 0; w < warp; ++w) tile_off += sh.dir_own[w] & mask;
+  for (uint32_t w = 0; w < warp; ++w) tile_off += sh.dir_own[w] & ~kTileRaw;
   const uint32_t entry = sh.dir_own[warp];
-  const uint32_t size = entry & mask;
+  const uint32_t size = entry & ~kTileRaw;
   if (entry % 4 != 0 || tile_off + size > s.bytes || (t + 1 == s.tiles && tile_off + size != s.bytes)) return true;
-  if ((entry & kTileRaw) && (entry & ~mask & kTileSingle)) return true;  // RAW and SINGLE
   unsigned long long* gsum = &ws.sum[c];
   const uint64_t begin = static_cast<uint64_t>(t) << s.tile_log2;
   const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << s.tile_log2, s.n - begin));
@@ -972,38 +858,6 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       __syncwarp();
     }
     return false;
-  }
-  if (s.flags & kPairs) {
-    const PairTables& pt = sh.pairs;
-    if (entry & kTileSingle) {  // the order-0 table, compact (as a grouped chunk's)
-      auto lookup = [&pt](uint32_t, uint32_t x, uint32_t* sym) {
-        const uint32_t slot = x & (kM - 1);
-        uint32_t k = pt.bucket[slot >> kBucketLog2];
-        uint32_t fc = pt.fc[k];
-        while (slot >= pt.fc[k + 1] >> 16) fc = pt.fc[++k];  // ends: entry 256 has cum 4096
-        *sym = k;
-        return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
-      };
-      if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
-        return DecodeCodedTile<E, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                               raw, carries, raw_aligned, gsum);
-      }
-      return DecodeCodedTile<E, false, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
-                                              raw, carries, raw_aligned, gsum);
-    }
-    // A pair a step: *sym = a | b << 8.
-    auto lookup = [&pt](uint32_t, uint32_t x, uint32_t* sym) {
-      const uint32_t e = pt.slot[x & (kM - 1)];
-      *sym = pt.ab[e >> 22];
-      const uint32_t xs = x >> kProbBits;
-      return (e & 0x7ff) * xs + (xs + ((e >> 11) & 0x7ff));  // freq (x >> 12) + slot - cum
-    };
-    if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
-      return DecodeCodedTile<E, false, true, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp],
-                                                   sh.key, raw, carries, raw_aligned, gsum);
-    }
-    return DecodeCodedTile<E, false, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp],
-                                                  sh.key, raw, carries, raw_aligned, gsum);
   }
   if (s.tables == 1) {  // channel groups with one table need no channel map lookups
     const uint32_t* table = sh.table;
@@ -1059,14 +913,14 @@ __device__ __noinline__ bool DecodeTileAnyDtype(const ChunkState* s, const uint8
 // Measured on an H100 (64 MiB): Parse 13.1 -> 8.2 us, Decode 64.4 -> 66.1 us,
 // against Parse scanning the whole directory into per-tile offsets.
 __device__ __forceinline__ void SumDirectory(const uint8_t* dir, uint32_t tiles, uint32_t t0, uint32_t warps,
-                                             uint32_t size_mask, uint64_t* low, uint32_t* own) {
+                                             uint64_t* low, uint32_t* own) {
   const bool aligned = reinterpret_cast<uintptr_t>(dir) % 4 == 0;
   auto entry = [&](uint32_t k) {
     return aligned ? __ldg(reinterpret_cast<const uint32_t*>(dir) + k) : Ld32(dir + 4ull * k);
   };
   uint64_t sum = 0;
 #pragma unroll 4
-  for (uint32_t k = threadIdx.x; k < t0; k += blockDim.x) sum += entry(k) & size_mask;
+  for (uint32_t k = threadIdx.x; k < t0; k += blockDim.x) sum += entry(k) & ~kTileRaw;
   sum = WarpSum(sum);
   if (threadIdx.x % 32 == 0) low[threadIdx.x / 32] = sum;
   if (threadIdx.x < warps) own[threadIdx.x] = t0 + threadIdx.x < tiles ? entry(t0 + threadIdx.x) : 0;
@@ -1099,16 +953,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   const ChunkState s = ws.state[c];
   if (t0 >= s.tiles) return;
   const uint8_t* in = chunks[c].data;
-  if (!(s.flags & kStored)) SumDirectory(in + s.dir_off, s.tiles, t0, warps, SizeMask(s), sh.dir_low, sh.dir_own);
+  if (!(s.flags & kStored)) SumDirectory(in + s.dir_off, s.tiles, t0, warps, sh.dir_low, sh.dir_own);
   // The tables into shared memory, 16 bytes at a time.
   auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
     BlockCopy4(
         n, [src](uint32_t i) { return src[i]; }, [dst](uint32_t i, const uint4& v) { dst[i] = v; });
   };
-  if (s.flags & kPairs) {
-    copy16(reinterpret_cast<uint4*>(&sh.pairs), reinterpret_cast<const uint4*>(&ws.pairs[c]),
-           sizeof(PairTables) / 16);
-  } else if (!(s.flags & kStored) && s.tables == 1) {
+  if (!(s.flags & kStored) && s.tables == 1) {
     copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);
   } else if (!(s.flags & kStored)) {
     static_assert(sizeof(GroupTables) % 16 == 0, "copied 16 bytes at a time");
@@ -1181,8 +1032,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   d->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));
   d->sms_ = CurrentDeviceSms();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes =
-      n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + sizeof(PairTables) + 16) + n * 8 + 256;
+  const uint64_t bytes = n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * 8 + 256;
   if (cudaFuncSetAttribute(DecodeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess ||
       cudaFuncSetAttribute(DecodeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1215,8 +1065,6 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   p = align(p + n * sizeof(SlotTable));
   ws.groups = reinterpret_cast<GroupTables*>(p);
   p = align(p + n * sizeof(GroupTables));
-  ws.pairs = reinterpret_cast<PairTables*>(p);
-  p = align(p + n * sizeof(PairTables));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
   cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
   if (e == cudaSuccess) {

@@ -7,11 +7,6 @@
 // device-to-device copy of the same bytes measured the same way.
 //
 //   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M] [--queued]
-//                   [--pairs]
-//
-// --pairs: the CPU codes symbol pairs (format flag PAIRS), which the CUDA
-// encoder does not yet; the decoder is timed on the CPU's chunks (encode
-// columns 0) and checked against the input.
 //
 // Each call is timed from an idle stream, so the host's launches are part of
 // its time. --queued holds the stream until the call is all launched: GPU time
@@ -88,7 +83,7 @@ struct Shape {
 int Run(int argc, char** argv) {
   std::string dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvferry/kv";
   int reps = 21;
-  bool quick = false, queued = false, pairs = false;
+  bool quick = false, queued = false;
   std::string only_dtype, only_call, only_mode;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -104,15 +99,12 @@ int Run(int argc, char** argv) {
       only_mode = a.substr(7);
     } else if (a == "--queued") {
       queued = true;
-    } else if (a == "--pairs") {
-      pairs = true;
     } else if (a == "--quick") {
       quick = true;
     } else {
       std::fprintf(stderr,
                    "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp32]\n"
-                   "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware] [--queued]\n"
-                   "                       [--pairs]\n");
+                   "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware] [--queued]\n");
       return 2;
     }
   }
@@ -172,7 +164,6 @@ int Run(int argc, char** argv) {
       if (!only_call.empty() && only_call != sh.name) continue;
       for (bool kv : {false, true}) {
         if (!only_mode.empty() && only_mode != (kv ? "kv-aware" : "order-0")) continue;
-        if (pairs && kv) continue;  // pairs are an order-0 mode
         const size_t call_bytes = sh.chunk_bytes * sh.chunks;
         const int sets = static_cast<int>(std::max<size_t>(2, ((256u << 20) + call_bytes - 1) / call_bytes));
         // Chunk k of a call takes period offset k * chunk_bytes, so chunks differ.
@@ -181,7 +172,6 @@ int Run(int argc, char** argv) {
         o.dtype = src.dtype;
         if (kv) o.layout = src.layout;
         o.channel_groups = kv;
-        o.pairs = pairs;
         // CPU reference for every chunk of the call.
         std::vector<std::vector<uint8_t>> cpu(sh.chunks);
         double bound = 0;
@@ -276,15 +266,7 @@ int Run(int argc, char** argv) {
         // Encode every set once, check against the CPU, then time; set 0's
         // chunks are checked again after the timed calls (state carried from
         // one call on the encoder to the next would show there).
-        // --pairs: the CUDA encoder does not code pairs; the decoder times the
-        // CPU's chunks, copied into every set.
-        for (int s = 0; s < sets; ++s) {
-          if (!pairs) encode(s);
-          for (int k = 0; k < sh.chunks && pairs; ++k) {
-            CHECK_CUDA(cudaMemcpy(dchunk + (s * sh.chunks + k) * cap, cpu[k].data(), cpu[k].size(),
-                                  cudaMemcpyHostToDevice));
-          }
-        }
+        for (int s = 0; s < sets; ++s) encode(s);
         CHECK_CUDA(cudaStreamSynchronize(stream));
         std::string check = "ok";
         std::vector<int32_t> st(sh.chunks * sets);
@@ -302,13 +284,10 @@ int Run(int argc, char** argv) {
             }
           }
         };
-        float enc_ms = 0;
-        if (!pairs) {
-          check_set0("");
-          enc_ms = timed(encode);
-          CHECK_CUDA(cudaStreamSynchronize(stream));
-          check_set0(" (AFTER REPEATS)");
-        }
+        check_set0("");
+        const float enc_ms = timed(encode);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        check_set0(" (AFTER REPEATS)");
         const float dec_ms = timed(decode);
         const float copy_ms = timed(copy);
         CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -330,8 +309,8 @@ int Run(int argc, char** argv) {
         if (check != "ok") ++failures;
         const double gb = static_cast<double>(call_bytes) / 1e6;
         std::printf("%-20s %-9s %-8s %7.4f %+8.2f%% %10.1f %10.1f %10.1f %10.1f %9.1f %s\n", src.name.c_str(), sh.name,
-                    kv ? "kv-aware" : pairs ? "pairs" : "order-0", static_cast<double>(call_bytes) / cpu_total,
-                    100.0 * (static_cast<double>(cpu_total) - bound) / bound, pairs ? 0.0 : gb / enc_ms, gb / dec_ms,
+                    kv ? "kv-aware" : "order-0", static_cast<double>(call_bytes) / cpu_total,
+                    100.0 * (static_cast<double>(cpu_total) - bound) / bound, gb / enc_ms, gb / dec_ms,
                     enc_ms * 1000, dec_ms * 1000, gb / copy_ms, check.c_str());
         std::fflush(stdout);
         cudaFree(din);

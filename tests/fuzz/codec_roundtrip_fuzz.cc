@@ -1,6 +1,5 @@
-// Fuzzes the encoder with arbitrary data, dtypes, layout hints, tile sizes
-// (automatic, or forced to each size the format allows) and symbol pairs on
-// or off: every input
+// Fuzzes the encoder with arbitrary data, dtypes, layout hints and tile sizes
+// (automatic, or forced to each size the format allows): every input
 // round-trips bit-exactly and never grows past the header.
 #include <cstdint>
 #include <cstdlib>
@@ -18,7 +17,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.threads = 1;
   const uint32_t tile_choice = data[0] / 6 % 4;  // 0: automatic, else 12, 13 or 14
   o.tile_log2 = tile_choice == 0 ? 0 : plan::kMinTileLog2 - 1 + tile_choice;
-  o.pairs = data[2] & 64;  // head_dim takes bits 0..5
   const uint32_t es = Info(o.dtype)->bytes;
   const size_t n = (size - 3) / es * es;
   const uint8_t* in = data + 3;

@@ -192,19 +192,6 @@ TEST(Cli, CodecRoundTripsFilesAndRejectsBadInput) {
   CliRun s = Cli({"codec", "stats", in, "--dtype=bf16"});
   EXPECT_EQ(s.code, 0) << s.output;
   EXPECT_NE(s.output.find("order-0 bound"), std::string::npos) << s.output;
-  // Symbol pairs (CPU): compress and decompress round trip; stats reports them.
-  const std::string zp = dir + "/kv.pairs.kvz";
-  CliRun cp = Cli({"codec", "compress", in, zp, "--dtype=bf16", "--pairs"});
-  ASSERT_EQ(cp.code, 0) << cp.output;
-  ASSERT_EQ(Cli({"codec", "decompress", zp, back}).code, 0);
-  std::ifstream fp(back, std::ios::binary);
-  EXPECT_EQ(std::vector<uint8_t>((std::istreambuf_iterator<char>(fp)), std::istreambuf_iterator<char>()), data);
-  CliRun sp = Cli({"codec", "stats", in, "--dtype=bf16", "--pairs"});
-  EXPECT_EQ(sp.code, 0) << sp.output;
-  EXPECT_NE(sp.output.find("pair codec"), std::string::npos) << sp.output;
-  CliRun pg = Cli({"codec", "compress", in, zp, "--pairs", "--device=cuda"});
-  EXPECT_EQ(pg.code, 1);
-  EXPECT_NE(pg.output.find("does not code pairs"), std::string::npos) << pg.output;
 
   // Bad input: clear errors, non-zero exits, no output file left behind.
   EXPECT_EQ(Cli({"codec", "compress", in, z, "--dtype=bf17"}).code, 1);
