@@ -742,7 +742,39 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   // last (a carrying tile is whole); none (all ones) otherwise. One
   // register for `carries` and n.
   const uint32_t carry_at = carries ? n - kSeg : ~0u;
-  for (uint32_t seg = 0; seg * kSeg < n; ++seg) {
+  uint32_t seg0 = 0;  // the first segment for the general loop below
+  if constexpr (kIsBf16<E>) {
+    // bf16 into a contiguous output: every segment before the tile's last is
+    // whole, without the carry (only a tile's last segment has it), and lies
+    // in the output as one piece, so it goes without the general loop's
+    // checks. Measured on an H100: see docs/performance.md.
+    if (s.out.blocks == nullptr && raw_aligned) {
+      uint8_t* const dst = s.out.data + 2 * begin + 16 * lane;
+      for (const uint32_t lean = (n - 1) / kSeg; seg0 < lean; ++seg0) {
+        const uint64_t e0 = begin + seg0 * kSeg;
+        refill(wb);
+        uint2 raw8[kSegPieces];
+#pragma unroll
+        for (uint32_t i = 0; i < kSegPieces; ++i) {
+          raw8[i] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256 * i);
+        }
+#pragma unroll
+        for (uint32_t r = 0; r < kSegRounds; ++r) round(r, true);
+        __syncwarp();
+        const uint32_t at = static_cast<uint32_t>(2 * e0 % checksum::kBlockBytes) + 16 * lane;
+#pragma unroll
+        for (uint32_t i = 0; i < kSegPieces; ++i) {
+          const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
+          EmitWholePiece(dst + 2 * seg0 * kSeg + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x),
+                         JoinBf16(raw8[i].y, sy.y), key, &sum);
+        }
+        const uint64_t b1 = 2 * (e0 + kSeg);  // never the chunk's end: a later segment follows
+        if (b1 % checksum::kBlockBytes == 0) sum.Finish(b1 / checksum::kBlockBytes - 1, checksum::kBlockBytes, gsum);
+        __syncwarp();
+      }
+    }
+  }
+  for (uint32_t seg = seg0; seg * kSeg < n; ++seg) {
     uint2 raw8[kSegPieces];
     uint32_t rlead = 0;
     const bool whole = seg * kSeg + kSeg <= n;
