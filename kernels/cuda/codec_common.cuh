@@ -284,6 +284,16 @@ cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// Bits of a where kMask is set, of b elsewhere: one lop3 with the mask as an
+// immediate (the compiler makes two or three instructions of the masks and
+// ORs written out).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t SelectBits(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "n"(kMask));
+  return d;
+}
+
 // Inclusive prefix sum of v over the lanes of the calling (full) warp.
 template <typename T>
 __device__ __forceinline__ T WarpInclusiveScan(T v) {

@@ -413,15 +413,10 @@ __device__ __forceinline__ void EmitPiece(const ChunkState& s, uint64_t off, uin
 // element k's): element = (raw >> 7) << 15 | symbol << 7 | (raw & 0x7f). Byte
 // permutes pair each raw byte with its symbol, three masks place the bits.
 __device__ __forceinline__ uint64_t JoinBf16(uint32_t r, uint32_t sy) {
-  // v: 16-bit halves symbol << 8 | raw. Two selects (lop3 a ? b : c by an
-  // immediate mask) instead of the three masks and two ORs the compiler
-  // makes of (v & 0x007f007f) | ((v >> 1) & 0x7f807f80) | ((v << 8) & 0x80008000).
-  uint32_t t, d;  // a where mask, b elsewhere: lop3 with the mask as an immediate
-  auto two = [&](uint32_t v) {
-    asm("lop3.b32 %0, %1, %2, 0x7f807f80, 0xE4;" : "=r"(t) : "r"(v >> 1), "r"(v));
-    asm("lop3.b32 %0, %1, %2, 0x80008000, 0xE4;" : "=r"(d) : "r"(v << 8), "r"(t));
-    return d;
-  };
+  // v: 16-bit halves symbol << 8 | raw; two selects (SelectBits) where the
+  // compiler makes three masks and two ORs of (v & 0x007f007f) |
+  // ((v >> 1) & 0x7f807f80) | ((v << 8) & 0x80008000).
+  auto two = [](uint32_t v) { return SelectBits<0x80008000u>(v << 8, SelectBits<0x7f807f80u>(v >> 1, v)); };
   return static_cast<uint64_t>(two(__byte_perm(r, sy, 0x7362))) << 32 | two(__byte_perm(r, sy, 0x5140));
 }
 

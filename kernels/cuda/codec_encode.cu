@@ -145,11 +145,11 @@ __device__ __forceinline__ uint32_t PieceElement(const uint4& q, uint32_t k) {
 // a shift and a bit select each then give four symbols or raw bytes.
 __device__ __forceinline__ uint32_t Bf16Symbols4(uint32_t w0, uint32_t w1) {
   const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
-  return ((hi << 1) & 0xfefefefeu) | ((lo >> 7) & 0x01010101u);
+  return SelectBits<0xfefefefeu>(hi << 1, lo >> 7);
 }
 __device__ __forceinline__ uint32_t Bf16Raw4(uint32_t w0, uint32_t w1) {
   const uint32_t lo = __byte_perm(w0, w1, 0x6420), hi = __byte_perm(w0, w1, 0x7531);
-  return (hi & 0x80808080u) | (lo & 0x7f7f7f7fu);
+  return SelectBits<0x80808080u>(hi, lo);
 }
 
 // bf16 raw bytes (sign << 7 | bits 6..0) of the 8 elements in q.
