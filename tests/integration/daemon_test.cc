@@ -78,7 +78,15 @@ TEST_F(DaemonPairTest, PullMovesBlocksBitExactIntoOtherBlockIds) {
   EXPECT_EQ(st->bytes_received(), last->bytes_done());
   EXPECT_EQ(st->recv_slots_free(), st->recv_slots());
   EXPECT_FALSE(st->gpu_direct());  // --gpu_direct is off by default
-  // A delivered ticket cannot be pulled again.
+  // A delivered ticket cannot be pulled again. The sender ends the lease
+  // when its send job completes, which may come just after the receiver has
+  // seen the transfer DONE: wait (bounded) for the lease to be gone.
+  for (int i = 0; i < 500; ++i) {
+    auto ps = prefill_->client->Status();
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    if (ps->active_leases() == 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   auto again = decode_->client->Pull(*ticket, dst->id(), to);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound) << again.status();
 }
