@@ -537,16 +537,19 @@ __device__ __forceinline__ ulonglong2 JoinPiece(const uint8_t* raw, const uint8_
   return make_ulonglong2(o[0] | static_cast<uint64_t>(o[1]) << 32, o[2] | static_cast<uint64_t>(o[3]) << 32);
 }
 
+// LoadRaw8 for a whole segment from an 8-byte aligned plane: no checks.
+__device__ __forceinline__ void LoadRaw8Whole(const uint8_t* raw, uint64_t e0, uint2* raw8) {
+  const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+  for (uint32_t i = 0; i < kSegPieces; ++i) raw8[i] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256 * i);
+}
+
 // Loads the bf16 raw bytes of lane t's pieces of the segment at e0: elements
 // e0 + 8t + 256i .. + 8 (i = 0, 1).
 __device__ __forceinline__ void LoadRaw8(const ChunkState& s, const uint8_t* raw, uint64_t e0, bool aligned,
                                          uint2* raw8) {
   const uint32_t lane = threadIdx.x % 32;
-  if (aligned && e0 + kSeg <= s.n) {  // a whole segment: no checks per piece
-#pragma unroll
-    for (uint32_t i = 0; i < kSegPieces; ++i) raw8[i] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256 * i);
-    return;
-  }
+  if (aligned && e0 + kSeg <= s.n) return LoadRaw8Whole(raw, e0, raw8);  // a whole segment
   for (uint32_t i = 0; i < kSegPieces; ++i) {
     const uint64_t e = e0 + 8 * lane + 256 * i;
     if (e + 8 <= s.n && aligned) {
@@ -580,6 +583,20 @@ __device__ __forceinline__ void PatchCarry(uint32_t carry, uint2* raw8, uint8_t*
   }
 }
 
+// bf16: a whole segment (1 KiB of output at byte b0, one piece of the
+// output at dst = its address + 16 lane) joined from its staged symbols st
+// and raw bytes raw8, written and summed without checks.
+__device__ __forceinline__ void EmitWholeSegmentBf16(uint8_t* dst, uint64_t b0, const uint8_t* st, const uint2* raw8,
+                                                     const uint64_t* key, Kvsum64Pairs* sum) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t at = static_cast<uint32_t>(b0 % checksum::kBlockBytes) + 16 * lane;
+#pragma unroll
+  for (uint32_t i = 0; i < kSegPieces; ++i) {
+    const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
+    EmitWholePiece(dst + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
+  }
+}
+
 // A warp joins the kSeg staged symbols of elements [e0, e0 + kSeg) with the
 // raw plane, writes and checksums them in pieces; at the end of a 4 KiB
 // output block (or of the chunk) it adds the block's digest. bf16's raw
@@ -596,13 +613,7 @@ __device__ __forceinline__ void EmitSegment(const ChunkState& s, const uint8_t* 
     // A whole segment (1 KiB) inside one output block: no per-piece checks.
     const Addr& out = s.out;
     if (b1 - b0 == 2 * kSeg && (out.blocks == nullptr || b0 % out.bb + 2 * kSeg <= out.bb)) {
-      uint8_t* dst = out.At(b0) + 16 * lane;
-      const uint32_t at = static_cast<uint32_t>(b0 % checksum::kBlockBytes) + 16 * lane;
-#pragma unroll
-      for (uint32_t i = 0; i < kSegPieces; ++i) {
-        const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
-        EmitWholePiece(dst + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x), JoinBf16(raw8[i].y, sy.y), key, sum);
-      }
+      EmitWholeSegmentBf16(out.At(b0) + 16 * lane, b0, st, raw8, key, sum);
     } else {
       for (uint32_t i = 0; i < kSegPieces; ++i) {
         const uint64_t off = b0 + 16 * lane + 512 * i;
@@ -755,20 +766,11 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
         const uint64_t e0 = begin + seg0 * kSeg;
         refill(wb);
         uint2 raw8[kSegPieces];
-#pragma unroll
-        for (uint32_t i = 0; i < kSegPieces; ++i) {
-          raw8[i] = *reinterpret_cast<const uint2*>(raw + e0 + 8 * lane + 256 * i);
-        }
+        LoadRaw8Whole(raw, e0, raw8);
 #pragma unroll
         for (uint32_t r = 0; r < kSegRounds; ++r) round(r, true);
         __syncwarp();
-        const uint32_t at = static_cast<uint32_t>(2 * e0 % checksum::kBlockBytes) + 16 * lane;
-#pragma unroll
-        for (uint32_t i = 0; i < kSegPieces; ++i) {
-          const uint2 sy = *reinterpret_cast<const uint2*>(st + 8 * lane + 256 * i);
-          EmitWholePiece(dst + 2 * seg0 * kSeg + 512 * i, at + 512 * i, JoinBf16(raw8[i].x, sy.x),
-                         JoinBf16(raw8[i].y, sy.y), key, &sum);
-        }
+        EmitWholeSegmentBf16(dst + 2 * seg0 * kSeg, 2 * e0, st, raw8, key, &sum);
         const uint64_t b1 = 2 * (e0 + kSeg);  // never the chunk's end: a later segment follows
         if (b1 % checksum::kBlockBytes == 0) sum.Finish(b1 / checksum::kBlockBytes - 1, checksum::kBlockBytes, gsum);
         __syncwarp();
