@@ -36,7 +36,7 @@ struct Layout {
 constexpr size_t kHeaderBytes = 64;
 constexpr uint8_t kFormatVersion = plan::kFormatVersion;  // docs/codec-format.md
 constexpr size_t kMaxTileSymbols = size_t{1} << plan::kMaxTileLog2;
-constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kProbBits = plan::kProbBits;
 constexpr uint32_t kMaxTables = 16;
 
 struct EncodeOptions {

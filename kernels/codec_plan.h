@@ -10,7 +10,9 @@
 
 namespace kvferry::codec::plan {
 
-constexpr uint32_t kProbBits = 12;
+// Frequencies sum to kM = 2^kProbBits. 8 bits (version 5) let a lane code
+// two symbols between renormalisations (docs/codec-format.md, "rANS coding").
+constexpr uint32_t kProbBits = 8;
 constexpr uint32_t kM = 1u << kProbBits;
 
 // floor(2^16 * log2(f)) for 1 <= f < 2^32, by repeated squaring.
@@ -30,7 +32,7 @@ KVF_HD uint32_t Log2Q16(uint32_t f) {
 }
 
 // Estimated coded size, in 1/65536 bits, of `count` symbols whose normalised
-// frequency is f (1..kM): count * (12 - log2 f).
+// frequency is f (1..kM): count * (kProbBits - log2 f).
 KVF_HD uint64_t CostQ16(uint64_t count, uint32_t f) { return count * ((uint64_t{kProbBits} << 16) - Log2Q16(f)); }
 
 // The channel order of KV-aware mode sorts these keys: the channel's mean
@@ -68,8 +70,9 @@ constexpr uint64_t kSmallTilesFrom = uint64_t{1} << 18, kSmallTilesTo = uint64_t
                    kMidTilesTo = uint64_t{1} << 25;
 // Header byte 4. Version 1 had no tile size field; version 2 started every
 // rANS lane from 2^16 and kept each tile's raw bits whole in the raw plane;
-// version 3 had no 4096-symbol tiles.
-constexpr uint8_t kFormatVersion = 4;
+// version 3 had no 4096-symbol tiles; version 4 had 12-bit frequencies and
+// renormalised after every symbol.
+constexpr uint8_t kFormatVersion = 5;
 KVF_HD constexpr uint32_t TileLog2(uint32_t elem_bytes, uint64_t elements) {
   if (elem_bytes < 2 || elements < kSmallTilesFrom || elements > kMidTilesTo) return 14;
   return elements <= kSmallTilesTo ? 12 : 13;

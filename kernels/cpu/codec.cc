@@ -21,6 +21,12 @@ namespace {
 
 constexpr uint32_t kM = 1u << kProbBits;
 constexpr uint32_t kL = 1u << 16;
+// A lane renormalises once per two symbols (docs/codec-format.md, "rANS
+// coding"): before the encoder codes an odd round's symbol (frequency
+// f_odd) and the even round's before it (f_even), it emits the low 16 bits of
+// x if x >= f_odd * f_even << 16; the decoder refills after odd rounds only.
+// f_odd * f_even <= 2^16, so the test is one compare of x >> 16.
+inline bool EmitsWord(uint32_t x, uint32_t f_odd, uint32_t f_even) { return (x >> 16) >= f_odd * f_even; }
 constexpr int kLanes = 32;
 constexpr char kMagic[4] = {'K', 'V', 'Z', '1'};
 constexpr uint16_t kFlagStored = 1;
@@ -137,14 +143,12 @@ struct Table {
   uint32_t lo = 0, count = 0;
   uint32_t freq[256] = {0};
   uint32_t cum[256] = {0};
-  uint64_t xmax[256] = {0};  // renormalise while x >= f << 20
 
   void Finish() {
     uint32_t c = 0;
     for (int s = 0; s < 256; ++s) {
       cum[s] = c;
       c += freq[s];
-      xmax[s] = uint64_t{freq[s]} << (32 - kProbBits);
     }
     lo = 0;
     count = 0;
@@ -311,6 +315,17 @@ __attribute__((target("avx512f,avx512bw"))) void JoinBf16Avx512(const uint8_t* s
   }
 }
 
+// The encode entries (freq | cum << 16) of 16 symbols; table_of: their tables, or null.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) inline __m512i EncodeEntries16(
+    const uint8_t* sym, const uint8_t* table_of, const uint32_t* enc) {
+  __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym)));
+  if (table_of != nullptr) {
+    const __m512i tb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table_of)));
+    idx = _mm512_add_epi32(idx, _mm512_slli_epi32(tb, 8));
+  }
+  return _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(enc), 4);
+}
+
 // Encodes rounds [0, rounds) (all full), last to first, with AVX-512. Words go
 // into the stream from its end backwards: each round's words land, in ascending
 // lane order, just before the words of the rounds after it. `enc` holds
@@ -320,24 +335,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
   __m512i X[2] = {_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16)};
   const __m512i kFFFF = _mm512_set1_epi32(0xffff);
   uint16_t* p = *pos;
+  auto entries = [&](uint32_t j) { return EncodeEntries16(sym + j, table_of != nullptr ? table_of + j : nullptr, enc); };
+  __m512i even[2];  // an odd round's partner entries, for the even round after it
   for (uint32_t r = rounds; r-- > 0;) {
-    __mmask16 need[2];
+    __mmask16 need[2] = {0, 0};
     __m512i word[2];
     for (int h = 0; h < 2; ++h) {
       const uint32_t j = r * kLanes + 16 * h;
-      __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym + j)));
-      if (table_of != nullptr) {
-        const __m512i tb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table_of + j)));
-        idx = _mm512_add_epi32(idx, _mm512_slli_epi32(tb, 8));
-      }
-      const __m512i e = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(enc), 4);
+      const __m512i e = r % 2 == 1 || r + 1 == rounds ? entries(j) : even[h];
       const __m512i f = _mm512_and_si512(e, kFFFF), cum = _mm512_srli_epi32(e, 16);
-      // Renormalise while x >= f << 20, i.e. (x >> 20) >= f.
-      need[h] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(X[h], 32 - kProbBits), f);
+      if (r % 2 == 1) {  // EmitsWord: (x >> 16) >= f_odd * f_even
+        even[h] = entries(j - kLanes);
+        const __m512i prod = _mm512_mullo_epi32(f, _mm512_and_si512(even[h], kFFFF));
+        need[h] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(X[h], 16), prod);
+      }
       word[h] = X[h];
       const __m512i v = _mm512_mask_srli_epi32(X[h], need[h], X[h], 16);
       // q = v / f, exactly: a correctly rounded double quotient of a 32-bit v
-      // by f <= 4096 is never within 2^-12 of the next integer above it.
+      // by f <= 256 is never within 2^-8 of the next integer above it.
       const __m512d lo =
           _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(v)), _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
       const __m512d hi = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(v, 1)),
@@ -394,6 +409,10 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
   uint16_t* pos = words_end;
   const uint32_t rounds = (n + kLanes - 1) / kLanes;
   const uint32_t full = n / kLanes;
+  // The frequency of the tile's symbol j (an odd round's partner).
+  auto freq_at = [&](uint32_t j) {
+    return tables[table_of != nullptr ? table_of[begin + j] : 0].freq[sym[begin + j]];
+  };
   uint32_t r = rounds;
   // The partial last round (if any) first, scalar.
   for (; r > full;) {
@@ -404,12 +423,12 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
       const uint32_t s = sym[begin + j];
       const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
       uint32_t v = x[l];
-      if (v >= t.xmax[s]) {
+      if (r % 2 == 1 && EmitsWord(v, t.freq[s], freq_at(j - kLanes))) {
         *--pos = static_cast<uint16_t>(v);
         v >>= 16;
       }
       // A plain division: reciprocal tricks (ryg_rans) are exact only for
-      // x < 2^31, and these states reach 2^32 - 1 when f >= 2048.
+      // x < 2^31, and these states reach 2^32 - 1.
       const uint32_t f = t.freq[s];
       x[l] = ((v / f) << kProbBits) + (v % f) + t.cum[s];
     }
@@ -426,7 +445,7 @@ uint32_t EncodeTile(const uint8_t* sym, uint64_t begin, uint64_t end, const uint
       const Table& t = tables[table_of != nullptr ? table_of[begin + j] : 0];
       uint32_t v = x[l];
       // Branch-free renormalisation: the word is always written, kept only if needed.
-      const bool renorm = v >= t.xmax[s];
+      const bool renorm = r % 2 == 1 && EmitsWord(v, t.freq[s], freq_at(j - kLanes));
       pos[-1] = static_cast<uint16_t>(v);
       pos -= renorm;
       v = renorm ? v >> 16 : v;
@@ -460,13 +479,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
     uint32_t* x, const uint8_t** wp, const uint8_t* w_end, uint32_t rounds, const uint8_t* table_of,
     const uint32_t* packed, int32_t stride, uint8_t* sym) {
   __m512i X[2] = {_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16)};
-  const __m512i k4095 = _mm512_set1_epi32(4095), k255 = _mm512_set1_epi32(255), one = _mm512_set1_epi32(1);
+  const __m512i kSlot = _mm512_set1_epi32(kM - 1), k4095 = _mm512_set1_epi32(4095), k255 = _mm512_set1_epi32(255),
+                one = _mm512_set1_epi32(1);
   const __m512i L = _mm512_set1_epi32(static_cast<int>(kL)), vstride = _mm512_set1_epi32(stride);
   const uint8_t* w = *wp;
   for (uint32_t r = 0; r < rounds; ++r) {
     for (int h = 0; h < 2; ++h) {
       const uint32_t j = r * kLanes + 16 * h;
-      __m512i idx = _mm512_and_si512(X[h], k4095);
+      __m512i idx = _mm512_and_si512(X[h], kSlot);
       if (table_of != nullptr) {
         const __m512i tb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table_of + j)));
         idx = _mm512_add_epi32(idx, _mm512_mullo_epi32(tb, vstride));
@@ -474,6 +494,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
       const __m512i e = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(packed), 4);
       const __m512i freq = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), k4095), one);
       X[h] = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srli_epi32(X[h], kProbBits)), _mm512_srli_epi32(e, 20));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + j), _mm512_cvtepi32_epi8(_mm512_and_si512(e, k255)));
+      if (r % 2 == 0) continue;  // lanes refill after odd rounds only
       const __mmask16 need = _mm512_cmplt_epu32_mask(X[h], L);
       const int count = __builtin_popcount(need);
       if (w + 2 * count > w_end) return false;
@@ -484,7 +506,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
       const __m512i words = _mm512_cvtepu16_epi32(_mm256_maskz_expand_epi16(need, loaded));
       X[h] = _mm512_mask_or_epi32(X[h], need, _mm512_slli_epi32(X[h], 16), words);
       w += 2 * count;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + j), _mm512_cvtepi32_epi8(_mm512_and_si512(e, k255)));
     }
   }
   _mm512_storeu_si512(x, X[0]);
@@ -534,7 +555,7 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
       const uint32_t s = t.slot_sym[slot];
       if (t.freq[s] == 0) return Corrupt("coded symbol uses an empty table");
       uint32_t v = t.freq[s] * (x[l] >> kProbBits) + slot - t.cum[s];
-      const bool renorm = v < kL;
+      const bool renorm = r % 2 == 1 && v < kL;  // after odd rounds only
       if (renorm && w + 2 > w_end) return Corrupt("rANS stream ends early");
       const uint32_t word = w + 2 <= w_end ? Get<uint16_t>(w) : 0;
       x[l] = renorm ? (v << 16) | word : v;
@@ -989,12 +1010,12 @@ absl::StatusOr<Parsed> Parse(const uint8_t* in, size_t in_bytes, bool build_tabl
       dt.cum[s] = c;
       if (s >= lo && s < lo + count) {
         dt.freq[s] = Get<uint16_t>(f + 2 * (s - lo));
-        if (c + dt.freq[s] > kM) return Corrupt("table sums past 4096");
+        if (c + dt.freq[s] > kM) return Corrupt(absl::StrFormat("table sums past %d", kM));
         std::memset(dt.slot_sym + c, static_cast<int>(s), dt.freq[s]);
         c += dt.freq[s];
       }
     }
-    if (c != kM && c != 0) return Corrupt("table does not sum to 4096");
+    if (c != kM && c != 0) return Corrupt(absl::StrFormat("table does not sum to %d", kM));
     if (c == 0) std::memset(dt.slot_sym, 0, kM);  // unused table: any use is caught below
     for (uint32_t slot = 0; slot < kM; ++slot) {
       const uint32_t sy = dt.slot_sym[slot];

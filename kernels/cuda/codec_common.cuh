@@ -15,7 +15,7 @@ constexpr uint32_t kHeader = 64;
 // Symbols per tile: 1 << tile_log2 (plan::TileLog2), at most this many. A
 // chunk's largest possible tile count is its input bytes / kMaxTile (+1).
 constexpr uint32_t kMaxTile = 1u << plan::kMaxTileLog2;
-constexpr uint32_t kProbBits = 12;
+constexpr uint32_t kProbBits = plan::kProbBits;
 constexpr uint32_t kM = 1u << kProbBits;
 constexpr uint32_t kL = 1u << 16;
 constexpr uint32_t kMaxTables = 16;

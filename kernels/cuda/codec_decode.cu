@@ -15,19 +15,11 @@ namespace {
 // Decode table entry per slot: (freq - 1) | symbol << 12 | (slot - cum) << 20.
 // One shared-memory load gives everything a rANS step needs, and the next
 // state is two instructions after it: freq - 1 is one AND, and
-// (x >> 12) + (slot - cum) one LEA.HI, beside it, then one multiply-add.
+// (x >> 8) + (slot - cum) one LEA.HI, beside it, then one multiply-add.
 using SlotTable = uint32_t[kM];
-
-// A grouped chunk's tables, compact enough for shared memory (16 tables in
-// 24 KiB, against 256 KiB of slot tables): per table, freq | cum << 16 of
-// each symbol (entry 256: cum 4096, a sentinel), and the symbol holding the
-// first slot of each 8-slot bucket. A lookup starts at its bucket's symbol
-// and walks forward past the symbols that end before its slot (few: a bucket
-// spans more than one symbol only where frequencies are below 8).
-constexpr uint32_t kBucketLog2 = 3;
+// A grouped chunk's slot tables (16 KiB for 16 tables).
 struct GroupTables {
-  uint32_t fc[kMaxTables][257];
-  uint8_t bucket[kMaxTables][kM >> kBucketLog2];
+  SlotTable slots[kMaxTables];
 };
 
 struct ChunkState {
@@ -293,33 +285,22 @@ __global__ void __launch_bounds__(kParseThreads)
     }
     return lo;
   };
-  if (s.tables > 1) {  // grouped: compact tables (GroupTables)
-    GroupTables& g = ws.groups[c];
-    for (uint32_t k = threadIdx.x; k < s.tables * 257; k += blockDim.x) {
-      const uint32_t t = k / 257, sym = k % 257;
-      g.fc[t][sym] = sym == 256 ? kM << 16 : sfreq[t][sym] | static_cast<uint32_t>(scum[t][sym]) << 16;
-    }
-    for (uint32_t k = threadIdx.x; k < s.tables * (kM >> kBucketLog2); k += blockDim.x) {
-      const uint32_t t = k / (kM >> kBucketLog2), b = k % (kM >> kBucketLog2);
-      g.bucket[t][b] = static_cast<uint8_t>(scum[t][256] == 0 ? 0 : symbol_at(t, b << kBucketLog2));
-    }
-    PublishState(s, &ws.state[c]);
-    if (threadIdx.x == 0) status[c] = kOk;
-    return;
-  }
-  // One table (non-empty: checked above): its slot table, 4 consecutive
-  // slots a thread, written at once; the first slot's symbol by binary
-  // search, then a walk forward.
-  for (uint32_t slot0 = 4 * threadIdx.x; slot0 < kM; slot0 += 4 * blockDim.x) {
+  // The slot tables (ws.tables[c] for one table, ws.groups[c] for several),
+  // 4 consecutive slots a thread, written at once; the first slot's symbol
+  // by binary search, then a walk forward. An empty table's entries are
+  // never looked up (no element's channel maps to it: checked above).
+  for (uint32_t k = 4 * threadIdx.x; k < s.tables * kM; k += 4 * blockDim.x) {
+    const uint32_t t = k / kM, slot0 = k % kM;
     uint32_t v[4];
-    uint32_t sym = symbol_at(0, slot0);
+    uint32_t sym = symbol_at(t, slot0);
 #pragma unroll
     for (uint32_t q = 0; q < 4; ++q) {
       const uint32_t slot = slot0 + q;
-      while (sym < 255 && scum[0][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
-      v[q] = (static_cast<uint32_t>(sfreq[0][sym]) - 1) | sym << 12 | (slot - scum[0][sym]) << 20;
+      while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
+      v[q] = (static_cast<uint32_t>(sfreq[t][sym]) - 1) | sym << 12 | (slot - scum[t][sym]) << 20;
     }
-    *reinterpret_cast<uint4*>(ws.tables[c] + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
+    uint32_t* dst = s.tables == 1 ? ws.tables[c] : ws.groups[c].slots[t];
+    *reinterpret_cast<uint4*>(dst + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
   }
   PublishState(s, &ws.state[c]);
   if (threadIdx.x == 0) status[c] = kOk;
@@ -351,7 +332,7 @@ struct DecodeShared {
   uint64_t key[checksum::kWordsPerBlock];  // kvsum64 position keys (16-byte aligned: pairs are loaded at once)
   union {
     SlotTable table;     // a single-table chunk's slot table
-    GroupTables groups;  // a grouped chunk's tables
+    GroupTables groups;  // a grouped chunk's slot tables
   };
   alignas(16) uint8_t stage[kWarpsPerBlock][kSeg];
   alignas(16) uint16_t ring[kWarpsPerBlock][kRing];
@@ -736,14 +717,18 @@ __device__ __forceinline__ bool DecodeCodedTile(const ChunkState& s, const uint8
   auto round = [&](uint32_t r, bool active) {
     uint32_t sym;  // the decoded symbol; y: the state before renormalisation
     const uint32_t y = table_at(kGroups ? map[ch_idx] : 0u, x, &sym);
-    const bool need = active && y < kL;
-    const unsigned mask = __ballot_sync(0xffffffffu, need);
-    // Every lane reads a word (volatile: not moved under `need`, which would
-    // cost a branch a round).
-    const uint32_t at = ring_off | ((wb + 2 * __popc(mask & lt)) & (2 * kRing - 2));
-    const uint32_t word = *reinterpret_cast<volatile const uint16_t*>(reinterpret_cast<const uint8_t*>(rings) + at);
-    x = need ? (y << 16) | word : (active ? y : x);
-    wb += 2 * __popc(mask);
+    if (r % 2 == 1) {  // lanes refill after odd rounds only (a segment starts at an even round)
+      const bool need = active && y < kL;
+      const unsigned mask = __ballot_sync(0xffffffffu, need);
+      // Every lane reads a word (volatile: not moved under `need`, which would
+      // cost a branch a round).
+      const uint32_t at = ring_off | ((wb + 2 * __popc(mask & lt)) & (2 * kRing - 2));
+      const uint32_t word = *reinterpret_cast<volatile const uint16_t*>(reinterpret_cast<const uint8_t*>(rings) + at);
+      x = need ? (y << 16) | word : (active ? y : x);
+      wb += 2 * __popc(mask);
+    } else {
+      x = active ? y : x;
+    }
     st[r * 32 + lane] = static_cast<uint8_t>(sym);
     if (kGroups) {
       ch_idx += ch_step;
@@ -909,16 +894,14 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
     return DecodeCodedTile<E, false, false>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
                                             raw, carries, raw_aligned, gsum);
   }
-  // Several tables: always channel groups (Parse); the compact tables are in
+  // Several tables: always channel groups (Parse); their slot tables are in
   // shared memory.
   const GroupTables& g = sh.groups;
   auto lookup = [&g](uint32_t tb, uint32_t x, uint32_t* sym) {
-    const uint32_t slot = x & (kM - 1);
-    uint32_t k = g.bucket[tb][slot >> kBucketLog2];
-    uint32_t fc = g.fc[tb][k];
-    while (slot >= g.fc[tb][k + 1] >> 16) fc = g.fc[tb][++k];  // ends: entry 256 has cum 4096
-    *sym = k;
-    return (fc & 0xffff) * (x >> kProbBits) + slot - (fc >> 16);
+    const uint32_t e = g.slots[tb][x & (kM - 1)];
+    *sym = (e >> 12) & 0xff;
+    const uint32_t xs = x >> kProbBits;
+    return (e & 0xfff) * xs + (xs + (e >> 20));
   };
   if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
     return DecodeCodedTile<E, true, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
@@ -965,7 +948,7 @@ __device__ __forceinline__ void SumDirectory(const uint8_t* dir, uint32_t tiles,
 // one tile each (blockIdx.x * warps + warp = tile, blockIdx.y = chunk). A
 // tile decodes straight into the output, checksummed on the way
 // (FinishKernel compares the sum). A single-table chunk keeps its
-// slot table in shared memory, a grouped chunk its compact tables.
+// slot table in shared memory, a grouped chunk its 16 slot tables.
 // STORED chunks are copied (and checksummed) 16 KiB a warp.
 // Before Parse is done the block computes the checksum's position keys.
 // kSmall: a call of few tiles (fewer warps a block than kWarpsPerBlock,
@@ -997,9 +980,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   if (!(s.flags & kStored) && s.tables == 1) {
     copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);
   } else if (!(s.flags & kStored)) {
-    static_assert(sizeof(GroupTables) % 16 == 0, "copied 16 bytes at a time");
     copy16(reinterpret_cast<uint4*>(&sh.groups), reinterpret_cast<const uint4*>(&ws.groups[c]),
-           sizeof(GroupTables) / 16);
+           s.tables * kM / 4);
   }
   __syncthreads();
   const uint32_t lane = threadIdx.x % 32, t = t0 + threadIdx.x / 32;

@@ -936,31 +936,38 @@ __device__ __forceinline__ uint4 StepEntry(uint2 e) {
   return make_uint4(e.y, f, kM - f, e.x >> 16);
 }
 
-// One rANS step of a lane: emits a word (ballot-compacted into the stream,
-// which is written backwards from words_end) and folds symbol entry `e`
+// One rANS step of a lane: in an odd round (kOdd), emits a word
+// (ballot-compacted into the stream, which is written backwards from
+// words_end) if x >= f * f_even << 16, f_even the frequency of the lane's
+// symbol in the even round before it (docs/codec-format.md: a lane
+// renormalises once per two symbols); then folds symbol entry `e`
 // (StepEntry) into x. Written for a short chain from x to the next x (the
-// latency of a 4 MiB call's Tiles is 256 of these chains one after another):
-// compare, shift, umulhi, multiply-add, compare, select.
-__device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t lt, uint16_t* words_end, uint32_t& x,
-                                           uint32_t& emitted) {
+// latency of a 4 MiB call's Tiles is 128 rounds of these chains one after
+// another): compare, shift, umulhi, multiply-add, compare, select.
+template <bool kOdd>
+__device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t f_even, uint32_t lt, uint16_t* words_end,
+                                           uint32_t& x, uint32_t& emitted) {
   const uint32_t f = e.y;
-  // x >> 20 >= f as one compare of x: x > (f << 20) - 1, which for f = M
-  // wraps to 2^32 - 1 (never), as x >> 20 < M.
-  const uint32_t bound = f * (1u << (32 - kProbBits)) - 1u;
-  const bool need = active && x > bound;
-  const unsigned mask = __ballot_sync(0xffffffffu, need);
-  const uint32_t k = __popc(mask);
-  // The word from a register of its own: the shift below then need not
-  // wait for the store to read x.
-  uint32_t word;
-  asm("and.b32 %0, %1, 0xffff;" : "=r"(word) : "r"(x));
-  if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
-      static_cast<uint16_t>(word);
-  emitted += k;
+  bool need = false;
+  if (kOdd) {
+    // x >> 16 >= f f_even as one compare of x: x > (f f_even << 16) - 1,
+    // which for f f_even = 2^16 wraps to 2^32 - 1 (never), as x < 2^32.
+    const uint32_t bound = (f * f_even << 16) - 1u;
+    need = active && x > bound;
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    const uint32_t k = __popc(mask);
+    // The word from a register of its own: the shift below then need not
+    // wait for the store to read x.
+    uint32_t word;
+    asm("and.b32 %0, %1, 0xffff;" : "=r"(word) : "r"(x));
+    if (need) words_end[static_cast<int32_t>(__popc(mask & lt)) - static_cast<int32_t>(emitted + k)] =
+        static_cast<uint16_t>(word);
+    emitted += k;
+  }
   // x = (v / f) * M + v % f + cum = v + q * (M - f) + cum with q = v / f,
   // which umulhi(v, rcp) gives or is one short of ((q + 1) f <= v + f < 2^32:
-  // v < f << 20 after the renormalisation). Both results are formed while
-  // the correction is decided.
+  // v < f << 24 before either step of a pair; f = M is the identity, whichever
+  // q). Both results are formed while the correction is decided.
   const uint32_t v = need ? x >> 16 : x;
   const uint32_t q = __umulhi(v, e.x);
   // x0 and x1 as two multiply-adds (in PTX, so that x1 is not rewritten
@@ -969,6 +976,16 @@ __device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t lt, ui
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x0) : "r"(q), "r"(e.z), "r"(v + e.w));
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x1) : "r"(q), "r"(e.z), "r"(v + e.w + e.z));
   if (active) x = v >= q * f + f ? x1 : x0;
+}
+
+// EncodeStep for a round r known only at run time.
+__device__ __forceinline__ void EncodeStepAt(uint32_t r, bool active, uint4 e, uint32_t f_even, uint32_t lt,
+                                             uint16_t* words_end, uint32_t& x, uint32_t& emitted) {
+  if (r % 2 == 1) {
+    EncodeStep<true>(active, e, f_even, lt, words_end, x, emitted);
+  } else {
+    EncodeStep<false>(active, e, 0, lt, words_end, x, emitted);
+  }
 }
 
 __device__ __forceinline__ void AddTileSize(const Workspace& ws, int c, uint32_t tile, uint32_t size) {
@@ -1011,7 +1028,7 @@ constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memo
 // come in through the warp's shared-memory stage `in` (two segments of 64
 // pieces, fetched a segment ahead by cp.async), so that no register holds
 // them while a segment is coded (as registers, they cost Tiles spills).
-// Returns the lane's OR of M - f over its symbols: bit 12 set if the table
+// Returns the lane's OR of M - f over its symbols: bit kProbBits set if the table
 // lacks one of them. kContig: the input is one buffer, not a block list.
 template <bool kContig>
 __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t begin, uint32_t tile, uint32_t segs,
@@ -1074,11 +1091,12 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
       sums[lane] = make_ulonglong2(sum.a, sum.b);
     }
     __syncwarp();
-#pragma unroll 8  // 16: spills at 64 registers
-    for (int r = kStageRounds - 1; r >= 0; --r) {
-      const uint4 en = tables[st[r * 32 + lane]];
-      unseen |= en.z;
-      EncodeStep(true, en, lt, words_end, x, emitted);
+#pragma unroll 4  // pairs of rounds; 8: spills at 64 registers
+    for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+      const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
+      unseen |= odd.z | even.z;
+      EncodeStep<true>(true, odd, even.y, lt, words_end, x, emitted);
+      EncodeStep<false>(true, even, 0, lt, words_end, x, emitted);
     }
   }
   // The digests of the tile's blocks, four at a time: lanes 8j .. 8j + 7 merge
@@ -1174,7 +1192,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
                                                             plan::kCarryBytes)[lane];
   };
   uint32_t x = kL | carry_of(), emitted = 0;
-  uint32_t unseen = 0;  // OR of M - f: bit 12 set where a sampled table lacks a symbol (f = 0)
+  uint32_t unseen = 0;  // OR of M - f: bit kProbBits set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
   uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
@@ -1187,7 +1205,13 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
     const uint32_t s = j < n ? SymbolAt(p, begin + j) : 0;
     const uint4 en = groups ? StepEntry(enc[map[chn] * 256u + s]) : tables[s];
     if (j < n) unseen |= en.z;
-    EncodeStep(j < n, en, lt, words_end, x, emitted);
+    uint32_t f_even = 0;  // an odd round's partner: the lane's symbol a round before (full >= 1)
+    if (full % 2 == 1) {
+      const uint32_t s0 = SymbolAt(p, begin + j - 32);
+      const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;
+      f_even = groups ? enc[map[ch0] * 256u + s0].x & 0xffff : tables[s0].y;
+    }
+    EncodeStepAt(full, j < n, en, f_even, lt, words_end, x, emitted);
     step_back();
   }
   // Full rounds, last to first, in segments of 16 rounds; the next segment's
@@ -1223,10 +1247,34 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
       __syncwarp();
       const uint8_t* st = (sg & 1) ? st1 : st0;
       const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
+      // Segments start at even rounds (r0), so an odd round's partner is in
+      // its segment; r1 may be odd (the partial last round was coded above).
       if (groups) {
-        for (uint32_t r = r1; r-- > r0;) {
-          EncodeStep(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), lt, words_end, x, emitted);
-          step_back();
+        if (r1 - r0 == kStageRounds) {  // a whole segment: pairs of rounds, odd then even
+#pragma unroll 2
+          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+            const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;  // the even round's channel
+            const uint2 odd = enc[map[chn] * 256u + st[r * 32 + lane]];
+            const uint2 even = enc[map[ch0] * 256u + st[(r - 1) * 32 + lane]];
+            EncodeStep<true>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
+            EncodeStep<false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+            chn = ch0 >= back ? ch0 - back : ch0 + C - back;
+          }
+        } else {
+          // An odd round loads its even partner's entry too, for the round after.
+          uint2 even = make_uint2(0, 0);
+          for (uint32_t r = r1; r-- > r0;) {
+            if (r % 2 == 1) {
+              const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;
+              even = enc[map[ch0] * 256u + st[(r - 1 - r0) * 32 + lane]];
+              EncodeStep<true>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
+                               lt, words_end, x, emitted);
+            } else {
+              if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded above
+              EncodeStep<false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+            }
+            step_back();
+          }
         }
       } else if (r1 - r0 == kStageRounds && !p.sampled) {
         if constexpr (kSmall) {
@@ -1234,17 +1282,24 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
 #pragma unroll
           for (int r = 0; r < static_cast<int>(kStageRounds); ++r) en[r] = tables[st[r * 32 + lane]];
 #pragma unroll
-          for (int r = kStageRounds - 1; r >= 0; --r) EncodeStep(true, en[r], lt, words_end, x, emitted);
+          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+            EncodeStep<true>(true, en[r], en[r - 1].y, lt, words_end, x, emitted);
+            EncodeStep<false>(true, en[r - 1], 0, lt, words_end, x, emitted);
+          }
         } else {
 #pragma unroll
-          for (int r = kStageRounds - 1; r >= 0; --r)
-            EncodeStep(true, tables[st[r * 32 + lane]], lt, words_end, x, emitted);
+          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+            const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
+            EncodeStep<true>(true, odd, even.y, lt, words_end, x, emitted);
+            EncodeStep<false>(true, even, 0, lt, words_end, x, emitted);
+          }
         }
       } else {
         for (uint32_t r = r1; r-- > r0;) {
           const uint4 en = tables[st[(r - r0) * 32 + lane]];
           unseen |= en.z;
-          EncodeStep(true, en, lt, words_end, x, emitted);
+          const uint32_t f_even = r % 2 == 1 ? tables[st[(r - 1 - r0) * 32 + lane]].y : 0;
+          EncodeStepAt(r, true, en, f_even, lt, words_end, x, emitted);
         }
       }
     }

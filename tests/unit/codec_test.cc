@@ -326,7 +326,63 @@ TEST(Codec, ConstantDataShrinksToAlmostNothing) {
   EXPECT_EQ(Decoded(bytes, in.size()), in);
 }
 
-// A symbol with probability >= 1/2 (frequency >= 2048) drives encoder states
+// An independent reading of docs/codec-format.md ("rANS coding"): a model
+// decoder written from the text, 8-bit probabilities and a refill only after
+// odd rounds, must recover every exponent of a one-tile bf16 chunk from the
+// encoder's bytes, consume every word and end each lane at 2^16. Partial
+// last rounds of both parities (the even one holds lone symbols).
+TEST(Codec, CodedTilesFollowTheFormatText) {
+  std::mt19937 rng(21);
+  for (uint32_t n : {32u * 41 + 9, 32u * 40 + 9, 32u * 64}) {
+    std::vector<uint8_t> in(2 * n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t e = 120 + std::min<uint32_t>(rng() % 16, rng() % 16);  // skewed exponents
+      const uint16_t v = static_cast<uint16_t>((rng() & 0x807f) | e << 7);
+      std::memcpy(&in[2 * i], &v, 2);
+    }
+    auto chunk = Encoded(EncodeOptions{}, in);
+    ASSERT_GE(chunk.size(), 64u);
+    auto u16 = [&](size_t at) { return static_cast<uint32_t>(chunk[at] | chunk[at + 1] << 8); };
+    auto u32 = [&](size_t at) { return u16(at) | u16(at + 2) << 16; };
+    ASSERT_EQ(chunk[4], 5) << "version";
+    ASSERT_EQ(u16(6), 0u) << "flags: coded, one table";
+    ASSERT_EQ(u32(32), 1u) << "one tile";
+    size_t at = 64 + u32(40);  // the exponent section, after the raw plane
+    const uint32_t lo = u16(at), count = u16(at + 2);
+    uint32_t freq[256] = {}, cum[257] = {}, total = 0;
+    for (uint32_t k = 0; k < count; ++k) freq[lo + k] = u16(at + 4 + 2 * k);
+    for (uint32_t s = 0; s < 256; ++s) cum[s + 1] = cum[s] + freq[s];
+    total = cum[256];
+    ASSERT_EQ(total, 256u);
+    at += 4 + 2 * count;
+    const uint32_t entry = u32(at);
+    ASSERT_EQ(entry >> 31, 0u) << "a coded tile, not RAW";
+    at = (at + 4 + 3) & ~size_t{3};  // the directory's padding
+    ASSERT_EQ(at + entry, chunk.size());
+    uint32_t x[32];
+    for (int l = 0; l < 32; ++l) x[l] = u32(at + 4 * l);
+    size_t w = at + 128;
+    const size_t end = at + entry;
+    for (uint32_t r = 0; r * 32 < n; ++r) {
+      for (uint32_t l = 0; l < 32 && r * 32 + l < n; ++l) {
+        const uint32_t j = r * 32 + l, slot = x[l] & 255;
+        uint32_t s = 0;
+        while (cum[s + 1] <= slot) ++s;
+        x[l] = freq[s] * (x[l] >> 8) + slot - cum[s];
+        if (r % 2 == 1 && x[l] < (1u << 16)) {
+          ASSERT_LE(w + 2, end) << "n " << n << ": the stream ends early";
+          x[l] = x[l] << 16 | u16(w);
+          w += 2;
+        }
+        ASSERT_EQ(s, (in[2 * j] >> 7 | in[2 * j + 1] << 1) & 0xffu) << "n " << n << ", element " << j;
+      }
+    }
+    for (int l = 0; l < 32; ++l) EXPECT_EQ(x[l], 1u << 16) << "n " << n << ", lane " << l;
+    EXPECT_EQ((w + 3) & ~size_t{3}, end) << "n " << n << ": every word read";
+  }
+}
+
+// A symbol with probability >= 1/2 (frequency >= 128) drives encoder states
 // above 2^31, where reciprocal-multiply division shortcuts stop being exact.
 TEST(Codec, PeakyDistributionsRoundTrip) {
   std::mt19937 rng(8);
