@@ -335,17 +335,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
   __m512i X[2] = {_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16)};
   const __m512i kFFFF = _mm512_set1_epi32(0xffff);
   uint16_t* p = *pos;
-  auto entries = [&](uint32_t j) { return EncodeEntries16(sym + j, table_of != nullptr ? table_of + j : nullptr, enc); };
-  __m512i even[2];  // an odd round's partner entries, for the even round after it
+  __m512i even[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // an odd round's partners, for the round after
   for (uint32_t r = rounds; r-- > 0;) {
     __mmask16 need[2] = {0, 0};
     __m512i word[2];
     for (int h = 0; h < 2; ++h) {
       const uint32_t j = r * kLanes + 16 * h;
-      const __m512i e = r % 2 == 1 || r + 1 == rounds ? entries(j) : even[h];
+      const uint8_t* tb = table_of != nullptr ? table_of + j : nullptr;
+      const __m512i e = r % 2 == 1 || r + 1 == rounds ? EncodeEntries16(sym + j, tb, enc) : even[h];
       const __m512i f = _mm512_and_si512(e, kFFFF), cum = _mm512_srli_epi32(e, 16);
       if (r % 2 == 1) {  // EmitsWord: (x >> 16) >= f_odd * f_even
-        even[h] = entries(j - kLanes);
+        even[h] = EncodeEntries16(sym + j - kLanes, tb != nullptr ? tb - kLanes : nullptr, enc);
         const __m512i prod = _mm512_mullo_epi32(f, _mm512_and_si512(even[h], kFFFF));
         need[h] = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(X[h], 16), prod);
       }
