@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -57,22 +58,15 @@ struct Split {
   uint32_t mant_bits;  // raw bits without the sign (0 for opaque bytes)
   bool opaque;
 
+  // Element i of `in` (little-endian hosts only; a memcpy of a run-time size
+  // would be a library call an element) and its symbol. The split and join
+  // loops use Elem (below), the same fields as constants.
   uint32_t Load(const uint8_t* in, uint64_t i) const {
-    uint32_t v = 0;
-    std::memcpy(&v, in + i * info.bytes, info.bytes);  // little-endian hosts only
-    return v;
+    if (info.bytes == 1) return in[i];
+    if (info.bytes == 2) return Get<uint16_t>(in + 2 * i);
+    return Get<uint32_t>(in + 4 * i);
   }
   uint32_t Symbol(uint32_t v) const { return opaque ? v : (v >> mant_bits) & ((1u << info.exp_bits) - 1); }
-  uint32_t Raw(uint32_t v) const {
-    if (opaque) return 0;
-    const uint32_t sign = v >> (info.exp_bits + mant_bits);
-    return (sign << mant_bits) | (v & ((1u << mant_bits) - 1));
-  }
-  uint32_t Join(uint32_t sym, uint32_t raw) const {
-    if (opaque) return sym;
-    const uint32_t sign = raw >> mant_bits;
-    return (sign << (info.exp_bits + mant_bits)) | (sym << mant_bits) | (raw & ((1u << mant_bits) - 1));
-  }
 };
 
 absl::StatusOr<Split> MakeSplit(DType d) {
@@ -85,36 +79,100 @@ absl::StatusOr<Split> MakeSplit(DType d) {
 // Groups of 8 values of `width` bits, LSB-first, `width` bytes per group.
 uint64_t PackedBytes(uint64_t count, uint32_t width) { return (count + 7) / 8 * width; }
 
+// A float type with its field widths as constants (Split at compile time),
+// for the split and join loops of the types without a SIMD path.
+template <uint32_t kBytes, uint32_t kExp, uint32_t kMant>
+struct Elem {
+  static constexpr uint32_t kRawBits = kMant + 1;  // W: sign + mantissa
+  static uint32_t Load(const uint8_t* in, uint64_t i) {
+    if constexpr (kBytes == 1) return in[i];
+    if constexpr (kBytes == 2) return Get<uint16_t>(in + 2 * i);
+    if constexpr (kBytes == 4) return Get<uint32_t>(in + 4 * i);
+  }
+  static void Store(uint8_t* out, uint64_t i, uint32_t v) {
+    if constexpr (kBytes == 1) out[i] = static_cast<uint8_t>(v);
+    if constexpr (kBytes == 2) Put<uint16_t>(out + 2 * i, static_cast<uint16_t>(v));
+    if constexpr (kBytes == 4) Put<uint32_t>(out + 4 * i, v);
+  }
+  static uint32_t Symbol(uint32_t v) { return (v >> kMant) & ((1u << kExp) - 1); }
+  static uint32_t Raw(uint32_t v) { return (v >> (kExp + kMant)) << kMant | (v & ((1u << kMant) - 1)); }
+  static uint32_t Join(uint32_t sym, uint32_t raw) {
+    return (raw >> kMant) << (kExp + kMant) | sym << kMant | (raw & ((1u << kMant) - 1));
+  }
+};
+
+// Calls f with the Elem of fp16, fp32 or fp8 (returns false for other types).
+template <typename F>
+bool WithFloatElem(DType d, F&& f) {
+  switch (d) {
+    case DType::kFP16: f(Elem<2, 5, 10>{}); return true;
+    case DType::kFP32: f(Elem<4, 8, 23>{}); return true;
+    case DType::kFP8E4M3: f(Elem<1, 4, 3>{}); return true;
+    case DType::kFP8E5M2: f(Elem<1, 5, 2>{}); return true;
+    default: return false;
+  }
+}
+
 // Zero bytes after the tile directory that align tile 0 (and so every tile,
 // whose sizes are multiples of 4) to 4 bytes from the chunk start.
 uint64_t TilePad(uint64_t offset) { return (4 - offset % 4) % 4; }
 
-void PackGroup(const uint32_t* v, int k_count, uint32_t width, uint8_t* out) {
-  std::memset(out, 0, width);
-  for (int k = 0; k < k_count; ++k) {
-    uint64_t bit = uint64_t{static_cast<uint32_t>(k)} * width;
-    uint32_t val = v[k];
-    for (uint32_t b = 0; b < width;) {
-      const uint32_t byte = static_cast<uint32_t>(bit >> 3), off = bit & 7;
-      const uint32_t take = std::min(width - b, 8 - off);
-      out[byte] |= static_cast<uint8_t>(((val >> b) & ((1u << take) - 1)) << off);
-      b += take;
-      bit += take;
+// A group's bits in one 128-bit integer (little-endian hosts only): widths
+// up to 16 bits hold 8 values in at most 16 bytes; wider ones (fp32's 24-bit
+// raw parts; any even width up to 32) go as two half groups of 4 values,
+// width / 2 bytes each.
+using U128 = unsigned __int128;
+
+// Calls f with the format's packed widths (raw parts of 3, 4, 11 and 24 bits,
+// exponents of 4 and 5) as compile-time constants, so that the group code
+// below has no run-time shifts' setup or library memcpy; other widths as
+// run-time values.
+template <typename F>
+void WithWidth(uint32_t width, F&& f) {
+  switch (width) {
+    case 3: return f(std::integral_constant<uint32_t, 3>{});
+    case 4: return f(std::integral_constant<uint32_t, 4>{});
+    case 5: return f(std::integral_constant<uint32_t, 5>{});
+    case 11: return f(std::integral_constant<uint32_t, 11>{});
+    case 24: return f(std::integral_constant<uint32_t, 24>{});
+    default: return f(width);
+  }
+}
+
+// Values past k_count pack as zeros.
+template <typename Width>
+__attribute__((always_inline)) inline void PackGroup(const uint32_t* v, int k_count, Width width, uint8_t* out) {
+  const uint32_t mask = width >= 32 ? ~0u : (1u << width) - 1;
+  constexpr int per = 8;
+  const int half = width <= 16 ? per : per / 2;  // values per 128-bit word
+  const uint32_t bytes = half * width / 8;
+  for (int h = 0; h < per; h += half) {
+    U128 acc = 0;
+#pragma GCC unroll 8
+    for (int k = h; k < h + half; ++k) {
+      if (k < k_count) acc |= static_cast<U128>(v[k] & mask) << ((k - h) * width);
     }
+    std::memcpy(out + h * width / 8, &acc, bytes);
+  }
+}
+
+// Values [0, 8) of a group.
+template <typename Width>
+__attribute__((always_inline)) inline void UnpackGroup(const uint8_t* group, Width width, uint32_t* v) {
+  const uint32_t mask = width >= 32 ? ~0u : (1u << width) - 1;
+  const int per = width <= 16 ? 8 : 4;
+  for (int h = 0; h < 8; h += per) {
+    U128 acc = 0;
+    std::memcpy(&acc, group + h * width / 8, per * width / 8);
+#pragma GCC unroll 8
+    for (int k = 0; k < per; ++k) v[h + k] = static_cast<uint32_t>(acc >> (k * width)) & mask;
   }
 }
 
 uint32_t UnpackOne(const uint8_t* group, int k, uint32_t width) {
-  uint64_t bit = uint64_t{static_cast<uint32_t>(k)} * width;
-  uint32_t val = 0;
-  for (uint32_t b = 0; b < width;) {
-    const uint32_t byte = static_cast<uint32_t>(bit >> 3), off = bit & 7;
-    const uint32_t take = std::min(width - b, 8 - off);
-    val |= ((static_cast<uint32_t>(group[byte]) >> off) & ((1u << take) - 1)) << b;
-    b += take;
-    bit += take;
-  }
-  return val;
+  uint32_t v[8];
+  UnpackGroup(group, width, v);
+  return v[k];
 }
 
 // Packs `count` values (taken by fn(i)) into out (PackedBytes(count, width) bytes).
@@ -124,12 +182,14 @@ void Pack(uint64_t count, uint32_t width, uint8_t* out, Fn fn) {
     for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<uint8_t>(fn(i));
     return;
   }
-  uint32_t v[8];
-  for (uint64_t g = 0; g * 8 < count; ++g) {
-    const int k_count = static_cast<int>(std::min<uint64_t>(8, count - g * 8));
-    for (int k = 0; k < k_count; ++k) v[k] = fn(g * 8 + k);
-    PackGroup(v, k_count, width, out + g * width);
-  }
+  WithWidth(width, [&](auto w) {
+    uint32_t v[8];
+    for (uint64_t g = 0; g * 8 < count; ++g) {
+      const int k_count = static_cast<int>(std::min<uint64_t>(8, count - g * 8));
+      for (int k = 0; k < k_count; ++k) v[k] = fn(g * 8 + k);
+      PackGroup(v, k_count, w, out + g * w);
+    }
+  });
 }
 
 uint32_t Unpacked(const uint8_t* packed, uint64_t i, uint32_t width) {
@@ -826,18 +886,43 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
       if (carries) split(e0 + keep, plan::kCarryBytes, tile_carry);
       return;
     }
-    for (uint64_t i = e0; i < e1; ++i) sym[i] = static_cast<uint8_t>(sp.Symbol(sp.Load(in, i)));
-    if (W == 0) return;
-    auto raw_of = [&](uint64_t first) { return [&, first](uint64_t i) { return sp.Raw(sp.Load(in, first + i)); }; };
-    if (!carries) return Pack(e1 - e0, W, plane, raw_of(e0));
-    // Whole groups before the carry straight into the plane; the rest (the
-    // group the carry starts in, and those after it) through `last`.
-    const uint64_t keep = tile_raw - plan::kCarryBytes, direct = keep / W;
-    Pack(8 * direct, W, plane, raw_of(e0));
-    uint8_t last[plan::kCarryBytes + 32];  // tile_raw - direct W <= kCarryBytes + W - 1 bytes
-    Pack(e1 - e0 - 8 * direct, W, last, raw_of(e0 + 8 * direct));
-    std::memcpy(plane + direct * W, last, keep - direct * W);
-    std::memcpy(tile_carry, last + (keep - direct * W), plan::kCarryBytes);
+    // fp16, fp32, fp8: symbols and packed raw parts in one pass, group by group.
+    const bool split_done = WithFloatElem(o.dtype, [&](auto el) {
+      using E = decltype(el);
+      auto split = [&](uint64_t a, uint64_t count, uint8_t* packed) {  // elements [a, a + count)
+        constexpr std::integral_constant<uint32_t, E::kRawBits> w{};
+        uint32_t raw[8];
+        uint64_t g = 0;
+        for (; 8 * g + 8 <= count; ++g) {
+          for (int k = 0; k < 8; ++k) {
+            const uint32_t v = E::Load(in, a + 8 * g + k);
+            sym[a + 8 * g + k] = static_cast<uint8_t>(E::Symbol(v));
+            raw[k] = E::Raw(v);
+          }
+          PackGroup(raw, 8, w, packed + g * w);
+        }
+        if (8 * g < count) {
+          const int k_count = static_cast<int>(count - 8 * g);
+          for (int k = 0; k < k_count; ++k) {
+            const uint32_t v = E::Load(in, a + 8 * g + k);
+            sym[a + 8 * g + k] = static_cast<uint8_t>(E::Symbol(v));
+            raw[k] = E::Raw(v);
+          }
+          PackGroup(raw, k_count, w, packed + g * w);
+        }
+      };
+      if (!carries) return split(e0, e1 - e0, plane);
+      // Whole groups before the carry straight into the plane; the rest (the
+      // group the carry starts in, and those after it) through `last`.
+      const uint64_t keep = tile_raw - plan::kCarryBytes, direct = keep / W;
+      split(e0, 8 * direct, plane);
+      uint8_t last[plan::kCarryBytes + 32];  // tile_raw - direct W <= kCarryBytes + W - 1 bytes
+      split(e0 + 8 * direct, e1 - e0 - 8 * direct, last);
+      std::memcpy(plane + direct * W, last, keep - direct * W);
+      std::memcpy(tile_carry, last + (keep - direct * W), plan::kCarryBytes);
+    });
+    if (split_done) return;
+    std::memcpy(sym + e0, in + e0, e1 - e0);  // opaque bytes: each its own symbol, no raw plane
   });
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
@@ -1125,13 +1210,22 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
         std::memcpy(whole, plane + direct * W, keep - direct * W);
         std::memcpy(whole + (keep - direct * W), carry, plan::kCarryBytes);
       }
-      for (uint64_t i = b; i < e; ++i) {
-        const uint64_t k = i - b;
-        uint32_t raw = 0;
-        if (W != 0) raw = carries && k >= 8 * direct ? Unpacked(whole, k - 8 * direct, W) : Unpacked(plane, k, W);
-        const uint32_t v = sp.Join(sym[i], raw);
-        std::memcpy(out + i * sp.info.bytes, &v, sp.info.bytes);
-      }
+      // fp16, fp32, fp8: group by group, the field widths constants.
+      const bool joined = WithFloatElem(p.info.dtype, [&](auto el) {
+        using E = decltype(el);
+        constexpr std::integral_constant<uint32_t, E::kRawBits> w{};
+        for (uint64_t g = 0; b + 8 * g < e; ++g) {
+          uint32_t raw[8];
+          UnpackGroup(carries && g >= direct ? whole + (g - direct) * w : plane + g * w, w, raw);
+          const uint64_t i0 = b + 8 * g;
+          if (i0 + 8 <= e) {
+            for (uint64_t k = 0; k < 8; ++k) E::Store(out, i0 + k, E::Join(sym[i0 + k], raw[k]));
+          } else {
+            for (uint64_t k = 0; i0 + k < e; ++k) E::Store(out, i0 + k, E::Join(sym[i0 + k], raw[k]));
+          }
+        }
+      });
+      if (!joined) std::memcpy(out + b, sym + b, e - b);  // opaque bytes: the symbols are the bytes
     });
     for (const auto& s : status) {
       if (!s.ok()) return s;
