@@ -885,7 +885,7 @@ __device__ __forceinline__ bool DecodeTile(const ChunkState& s, const uint8_t* i
       const uint32_t e = table[x & (kM - 1)];
       *sym = (e >> 12) & 0xff;
       const uint32_t xs = x >> kProbBits;
-      return (e & 0xfff) * xs + (xs + (e >> 20));  // freq (x >> 12) + slot - cum
+      return (e & 0xfff) * xs + (xs + (e >> 20));  // freq (x >> 8) + slot - cum
     };
     if (reinterpret_cast<uintptr_t>(tile) % 2 != 0) {
       return DecodeCodedTile<E, false, true>(s, in, tile, size, begin, n, lookup, st, sh.ring, sh.raw[warp], sh.key,
