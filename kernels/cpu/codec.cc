@@ -332,6 +332,7 @@ class Scratch {
 std::atomic<bool> g_simd{true};
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2") &&
+                        __builtin_cpu_supports("avx512vbmi") &&
                         __builtin_cpu_supports("avx512dq");
 
 // bf16 elements [e0, e1): symbols (bits 14..7) and raw bytes (sign << 7 |
@@ -373,6 +374,67 @@ __attribute__((target("avx512f,avx512bw"))) void JoinBf16Avx512(const uint8_t* s
     const uint16_t v = static_cast<uint16_t>(((rw & 0x80) << 8) | (uint32_t{sym[i]} << 7) | (rw & 0x7f));
     std::memcpy(out + 2 * i, &v, 2);
   }
+}
+
+// fp16, 32 elements a step: symbols (bits 14..10) to sym, raw parts
+// (sign << 10 | mantissa, 11 bits) packed 8 to a group of 11 bytes into
+// packed, as PackGroup packs them. A group's four pairs of raw parts become
+// 22-bit dwords (one multiply-add), those 44-bit qwords, and a pair of qwords
+// the group's 88 bits, whose 11 bytes a byte permute gathers. Returns the
+// elements done (a multiple of 32; the caller packs the rest).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitFp16Avx512(const uint8_t* in, uint64_t count,
+                                                                               uint8_t* sym, uint8_t* packed) {
+  const __m512i k1f = _mm512_set1_epi16(0x1f), k3ff = _mm512_set1_epi16(0x3ff), k400 = _mm512_set1_epi16(0x400);
+  const __m512i pair = _mm512_set1_epi32(0x08000001);  // words 1 and 2048: r0 + r1 << 11
+  const __m512i low32 = _mm512_set1_epi64(0xffffffffLL);
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 44 ? 16 * (b / 11) + b % 11 : 0);
+  const __m512i gather = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m512i v = _mm512_loadu_si512(in + 2 * i);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sym + i),
+                        _mm512_cvtepi16_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 10), k1f)));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 5), k400), _mm512_and_si512(v, k3ff));
+    const __m512i d = _mm512_madd_epi16(r, pair);  // dword k: raw parts 2k and 2k + 1
+    const __m512i q = _mm512_or_si512(_mm512_and_si512(d, low32), _mm512_slli_epi64(_mm512_srli_epi64(d, 32), 22));
+    // Qword 2g: the group's bits 0..63; qword 2g + 1: its bits 64..87.
+    const __m512i lo = _mm512_or_si512(q, _mm512_slli_epi64(_mm512_alignr_epi64(q, q, 1), 44));
+    const __m512i z = _mm512_mask_blend_epi64(0xaa, lo, _mm512_srli_epi64(q, 20));
+    _mm512_mask_storeu_epi8(packed + 11 * (i / 8), (uint64_t{1} << 44) - 1, _mm512_permutexvar_epi8(gather, z));
+  }
+  return i;
+}
+
+// The inverse of SplitFp16Avx512: 32 elements a step from their symbols and
+// packed raw parts. Returns the elements done (a multiple of 32).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinFp16Avx512(const uint8_t* sym,
+                                                                              const uint8_t* packed, uint64_t count,
+                                                                              uint8_t* out) {
+  const __m512i k3ff = _mm512_set1_epi16(0x3ff), k400 = _mm512_set1_epi16(0x400);
+  const __m512i bits44 = _mm512_set1_epi64((int64_t{1} << 44) - 1), bits22 = _mm512_set1_epi64(0x3fffff);
+  const __m512i k7ff = _mm512_set1_epi32(0x7ff), shifts = _mm512_set_epi64(4, 0, 4, 0, 4, 0, 4, 0);
+  // Qword 2g: group g's bytes 0..7 (bits 0..63); qword 2g + 1: its bytes
+  // 5..10 (bits 40..87), shifted down 4 below; byte 63 of the load is zero.
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) {
+    const int g = b / 16, j = b % 16;
+    idx[b] = static_cast<uint8_t>(j < 8 ? 11 * g + j : j < 14 ? 11 * g + 5 + (j - 8) : 63);
+  }
+  const __m512i spread = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8((uint64_t{1} << 44) - 1, packed + 11 * (i / 8));
+    const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(spread, bytes), shifts), bits44);
+    const __m512i d = _mm512_or_si512(_mm512_and_si512(q, bits22), _mm512_slli_epi64(_mm512_srli_epi64(q, 22), 32));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(d, k7ff), _mm512_slli_epi32(_mm512_srli_epi32(d, 11), 16));
+    const __m512i s = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sym + i)));
+    const __m512i v = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, k400), 5), _mm512_slli_epi16(s, 10)),
+        _mm512_and_si512(r, k3ff));
+    _mm512_storeu_si512(out + 2 * i, v);
+  }
+  return i;
 }
 
 // The encode entries (freq | cum << 16) of 16 symbols; table_of: their tables, or null.
@@ -893,6 +955,9 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
         constexpr std::integral_constant<uint32_t, E::kRawBits> w{};
         uint32_t raw[8];
         uint64_t g = 0;
+        if constexpr (std::is_same_v<E, Elem<2, 5, 10>>) {
+          if (simd) g = SplitFp16Avx512(in + 2 * a, count, sym + a, packed) / 8;
+        }
         for (; 8 * g + 8 <= count; ++g) {
           for (int k = 0; k < 8; ++k) {
             const uint32_t v = E::Load(in, a + 8 * g + k);
@@ -1214,7 +1279,11 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
       const bool joined = WithFloatElem(p.info.dtype, [&](auto el) {
         using E = decltype(el);
         constexpr std::integral_constant<uint32_t, E::kRawBits> w{};
-        for (uint64_t g = 0; b + 8 * g < e; ++g) {
+        uint64_t g = 0;
+        if constexpr (std::is_same_v<E, Elem<2, 5, 10>>) {  // the groups in the plane
+          if (simd) g = JoinFp16Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + 2 * b) / 8;
+        }
+        for (; b + 8 * g < e; ++g) {
           uint32_t raw[8];
           UnpackGroup(carries && g >= direct ? whole + (g - direct) * w : plane + g * w, w, raw);
           const uint64_t i0 = b + 8 * g;

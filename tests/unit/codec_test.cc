@@ -531,10 +531,12 @@ TEST(Codec, LargeChunksTakeTheirTableFromASample) {
 // chunk, good or corrupted.
 TEST(Codec, SimdAndScalarDecodersAgree) {
   std::mt19937 rng(12);
+  for (DType d : {DType::kBF16, DType::kFP16})
   for (bool kv : {false, true}) {
     EncodeOptions o;
+    o.dtype = d;
     if (kv) o.layout = {0, 8, 128};
-    auto in = KvLike(DType::kBF16, 5 * kMaxTileSymbols + 77, 1024, kv ? 1 : 2);
+    auto in = KvLike(d, 5 * kMaxTileSymbols + 77, 1024, kv ? 1 : 2);
     auto chunk = Encoded(o, in);
     for (int k = 0; k < 60; ++k) {
       auto bad = chunk;
@@ -545,7 +547,7 @@ TEST(Codec, SimdAndScalarDecodersAgree) {
       SetSimdForTesting(false);
       auto rb = Decode(bad.data(), bad.size(), b.data(), b.size());
       SetSimdForTesting(true);
-      EXPECT_EQ(ra.ok(), rb.ok()) << "k=" << k << " simd: " << ra.status() << " scalar: " << rb.status();
+      EXPECT_EQ(ra.ok(), rb.ok()) << DTypeName(d) << " k=" << k << " simd: " << ra.status() << " scalar: " << rb.status();
       if (ra.ok() && rb.ok()) {
         EXPECT_EQ(a, b);
       }
