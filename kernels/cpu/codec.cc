@@ -437,6 +437,42 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinFp16Avx512(c
   return i;
 }
 
+// fp8 e4m3, 64 elements a step: symbols (bits 6..3) to sym, raw parts (sign
+// << 3 | mantissa, 4 bits) two to a byte into packed (element 2j in the low
+// nibble), as PackGroup packs them. Returns the elements done (a multiple of
+// 64; the caller packs the rest).
+__attribute__((target("avx512f,avx512bw"))) uint64_t SplitE4m3Avx512(const uint8_t* in, uint64_t count,
+                                                                    uint8_t* sym, uint8_t* packed) {
+  const __m512i k0f = _mm512_set1_epi8(0x0f), k08 = _mm512_set1_epi8(0x08), k07 = _mm512_set1_epi8(0x07);
+  const __m512i pair = _mm512_set1_epi16(0x1001);  // bytes 1 and 16: r0 + r1 << 4
+  uint64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i v = _mm512_loadu_si512(in + i);
+    _mm512_storeu_si512(sym + i, _mm512_and_si512(_mm512_srli_epi16(v, 3), k0f));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), k08), _mm512_and_si512(v, k07));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + i / 2), _mm512_cvtepi16_epi8(_mm512_maddubs_epi16(r, pair)));
+  }
+  return i;
+}
+
+// The inverse of SplitE4m3Avx512. Returns the elements done (a multiple of 64).
+__attribute__((target("avx512f,avx512bw"))) uint64_t JoinE4m3Avx512(const uint8_t* sym, const uint8_t* packed,
+                                                                   uint64_t count, uint8_t* out) {
+  const __m512i k0f = _mm512_set1_epi16(0x0f), k08 = _mm512_set1_epi8(0x08), k07 = _mm512_set1_epi8(0x07);
+  const __m512i k78 = _mm512_set1_epi8(0x78);
+  uint64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + i / 2)));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(b, k0f), _mm512_slli_epi16(_mm512_srli_epi16(b, 4), 8));
+    const __m512i s = _mm512_loadu_si512(sym + i);
+    const __m512i v = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, k08), 4), _mm512_and_si512(_mm512_slli_epi16(s, 3), k78)),
+        _mm512_and_si512(r, k07));
+    _mm512_storeu_si512(out + i, v);
+  }
+  return i;
+}
+
 // The encode entries (freq | cum << 16) of 16 symbols; table_of: their tables, or null.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) inline __m512i EncodeEntries16(
     const uint8_t* sym, const uint8_t* table_of, const uint32_t* enc) {
@@ -957,6 +993,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
         uint64_t g = 0;
         if constexpr (std::is_same_v<E, Elem<2, 5, 10>>) {
           if (simd) g = SplitFp16Avx512(in + 2 * a, count, sym + a, packed) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<1, 4, 3>>) {
+          if (simd) g = SplitE4m3Avx512(in + a, count, sym + a, packed) / 8;
         }
         for (; 8 * g + 8 <= count; ++g) {
           for (int k = 0; k < 8; ++k) {
@@ -1282,6 +1320,8 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
         uint64_t g = 0;
         if constexpr (std::is_same_v<E, Elem<2, 5, 10>>) {  // the groups in the plane
           if (simd) g = JoinFp16Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + 2 * b) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<1, 4, 3>>) {
+          if (simd) g = JoinE4m3Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + b) / 8;
         }
         for (; b + 8 * g < e; ++g) {
           uint32_t raw[8];
