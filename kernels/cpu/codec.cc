@@ -84,16 +84,9 @@ uint64_t PackedBytes(uint64_t count, uint32_t width) { return (count + 7) / 8 * 
 template <uint32_t kBytes, uint32_t kExp, uint32_t kMant>
 struct Elem {
   static constexpr uint32_t kRawBits = kMant + 1;  // W: sign + mantissa
-  static uint32_t Load(const uint8_t* in, uint64_t i) {
-    if constexpr (kBytes == 1) return in[i];
-    if constexpr (kBytes == 2) return Get<uint16_t>(in + 2 * i);
-    if constexpr (kBytes == 4) return Get<uint32_t>(in + 4 * i);
-  }
-  static void Store(uint8_t* out, uint64_t i, uint32_t v) {
-    if constexpr (kBytes == 1) out[i] = static_cast<uint8_t>(v);
-    if constexpr (kBytes == 2) Put<uint16_t>(out + 2 * i, static_cast<uint16_t>(v));
-    if constexpr (kBytes == 4) Put<uint32_t>(out + 4 * i, v);
-  }
+  using Word = std::conditional_t<kBytes == 1, uint8_t, std::conditional_t<kBytes == 2, uint16_t, uint32_t>>;
+  static uint32_t Load(const uint8_t* in, uint64_t i) { return Get<Word>(in + kBytes * i); }
+  static void Store(uint8_t* out, uint64_t i, uint32_t v) { Put<Word>(out + kBytes * i, static_cast<Word>(v)); }
   static uint32_t Symbol(uint32_t v) { return (v >> kMant) & ((1u << kExp) - 1); }
   static uint32_t Raw(uint32_t v) { return (v >> (kExp + kMant)) << kMant | (v & ((1u << kMant) - 1)); }
   static uint32_t Join(uint32_t sym, uint32_t raw) {
@@ -169,11 +162,6 @@ __attribute__((always_inline)) inline void UnpackGroup(const uint8_t* group, Wid
   }
 }
 
-uint32_t UnpackOne(const uint8_t* group, int k, uint32_t width) {
-  uint32_t v[8];
-  UnpackGroup(group, width, v);
-  return v[k];
-}
 
 // Packs `count` values (taken by fn(i)) into out (PackedBytes(count, width) bytes).
 template <typename Fn>
@@ -192,9 +180,19 @@ void Pack(uint64_t count, uint32_t width, uint8_t* out, Fn fn) {
   });
 }
 
-uint32_t Unpacked(const uint8_t* packed, uint64_t i, uint32_t width) {
-  if (width == 8) return packed[i];
-  return UnpackOne(packed + (i / 8) * width, static_cast<int>(i % 8), width);
+// Unpacks `count` values (Pack's layout) into bytes.
+void UnpackBytes(uint64_t count, uint32_t width, const uint8_t* packed, uint8_t* out) {
+  if (width == 8) {
+    std::memcpy(out, packed, count);
+    return;
+  }
+  WithWidth(width, [&](auto w) {
+    uint32_t v[8];
+    for (uint64_t g = 0; 8 * g < count; ++g) {
+      UnpackGroup(packed + g * w, w, v);
+      for (uint64_t k = 0; k < 8 && 8 * g + k < count; ++k) out[8 * g + k] = static_cast<uint8_t>(v[k]);
+    }
+  });
 }
 
 // ---- frequency tables ----------------------------------------------------
@@ -681,7 +679,7 @@ absl::Status DecodeTile(const uint8_t* tile, uint32_t entry, uint64_t begin, uin
   if (entry & kTileRaw) {
     const uint64_t packed = (PackedBytes(n, exp_bits) + 3) & ~uint64_t{3};
     if (size != packed + (carry != nullptr ? plan::kCarryBytes : 0)) return Corrupt("raw tile size");
-    for (uint32_t i = 0; i < n; ++i) sym[begin + i] = static_cast<uint8_t>(Unpacked(tile, i, exp_bits));
+    UnpackBytes(n, exp_bits, tile, sym + begin);
     if (carry != nullptr) std::memcpy(carry, tile + packed, plan::kCarryBytes);
     return absl::OkStatus();
   }
@@ -996,23 +994,16 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
         } else if constexpr (std::is_same_v<E, Elem<1, 4, 3>>) {
           if (simd) g = SplitE4m3Avx512(in + a, count, sym + a, packed) / 8;
         }
-        for (; 8 * g + 8 <= count; ++g) {
-          for (int k = 0; k < 8; ++k) {
-            const uint32_t v = E::Load(in, a + 8 * g + k);
-            sym[a + 8 * g + k] = static_cast<uint8_t>(E::Symbol(v));
-            raw[k] = E::Raw(v);
-          }
-          PackGroup(raw, 8, w, packed + g * w);
-        }
-        if (8 * g < count) {
-          const int k_count = static_cast<int>(count - 8 * g);
+        auto group = [&](int k_count) {  // group g; whole groups pass a constant 8
           for (int k = 0; k < k_count; ++k) {
             const uint32_t v = E::Load(in, a + 8 * g + k);
             sym[a + 8 * g + k] = static_cast<uint8_t>(E::Symbol(v));
             raw[k] = E::Raw(v);
           }
           PackGroup(raw, k_count, w, packed + g * w);
-        }
+        };
+        for (; 8 * g + 8 <= count; ++g) group(8);
+        if (8 * g < count) group(static_cast<int>(count - 8 * g));
       };
       if (!carries) return split(e0, e1 - e0, plane);
       // Whole groups before the carry straight into the plane; the rest (the
@@ -1327,10 +1318,13 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
           uint32_t raw[8];
           UnpackGroup(carries && g >= direct ? whole + (g - direct) * w : plane + g * w, w, raw);
           const uint64_t i0 = b + 8 * g;
+          auto join = [&](uint64_t count) {  // whole groups pass a constant 8
+            for (uint64_t k = 0; k < count; ++k) E::Store(out, i0 + k, E::Join(sym[i0 + k], raw[k]));
+          };
           if (i0 + 8 <= e) {
-            for (uint64_t k = 0; k < 8; ++k) E::Store(out, i0 + k, E::Join(sym[i0 + k], raw[k]));
+            join(8);
           } else {
-            for (uint64_t k = 0; i0 + k < e; ++k) E::Store(out, i0 + k, E::Join(sym[i0 + k], raw[k]));
+            join(e - i0);
           }
         }
       });
