@@ -1197,8 +1197,9 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
   // stepped back by 32 mod C per round.
   uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
   const uint32_t back = groups ? 32 % C : 0;
+  auto before = [&](uint32_t ch) { return ch >= back ? ch - back : ch + C - back; };  // a round earlier
   auto step_back = [&] {
-    if (groups) chn = chn >= back ? chn - back : chn + C - back;
+    if (groups) chn = before(chn);
   };
   if (full < rounds) {  // the partial last round first
     const uint32_t j = 32 * full + lane;
@@ -1208,8 +1209,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
     uint32_t f_even = 0;  // an odd round's partner: the lane's symbol a round before (full >= 1)
     if (full % 2 == 1) {
       const uint32_t s0 = SymbolAt(p, begin + j - 32);
-      const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;
-      f_even = groups ? enc[map[ch0] * 256u + s0].x & 0xffff : tables[s0].y;
+      f_even = groups ? enc[map[before(chn)] * 256u + s0].x & 0xffff : tables[s0].y;
     }
     EncodeStepAt(full, j < n, en, f_even, lt, words_end, x, emitted);
     step_back();
@@ -1253,20 +1253,19 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
         if (r1 - r0 == kStageRounds) {  // a whole segment: pairs of rounds, odd then even
 #pragma unroll 2
           for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;  // the even round's channel
+            const uint32_t ch0 = before(chn);  // the even round's channel
             const uint2 odd = enc[map[chn] * 256u + st[r * 32 + lane]];
             const uint2 even = enc[map[ch0] * 256u + st[(r - 1) * 32 + lane]];
             EncodeStep<true>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
             EncodeStep<false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
-            chn = ch0 >= back ? ch0 - back : ch0 + C - back;
+            chn = before(ch0);
           }
         } else {
           // An odd round loads its even partner's entry too, for the round after.
           uint2 even = make_uint2(0, 0);
           for (uint32_t r = r1; r-- > r0;) {
             if (r % 2 == 1) {
-              const uint32_t ch0 = chn >= back ? chn - back : chn + C - back;
-              even = enc[map[ch0] * 256u + st[(r - 1 - r0) * 32 + lane]];
+              even = enc[map[before(chn)] * 256u + st[(r - 1 - r0) * 32 + lane]];
               EncodeStep<true>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
                                lt, words_end, x, emitted);
             } else {
