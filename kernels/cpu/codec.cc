@@ -471,6 +471,62 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t JoinE4m3Avx512(const uint8_
   return i;
 }
 
+// fp8 e5m2, 64 elements a step: symbols (bits 6..2) to sym, raw parts (sign
+// << 2 | mantissa, 3 bits) packed 8 to a group of 3 bytes into packed, as
+// PackGroup packs them. Pairs of raw parts become 6-bit words (one
+// multiply-add of bytes), pairs of those 12-bit dwords (one of words), pairs
+// of those a group's 24 bits in a qword, whose 3 low bytes a byte permute
+// gathers. Returns the elements done (a multiple of 64).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitE5m2Avx512(const uint8_t* in, uint64_t count,
+                                                                               uint8_t* sym, uint8_t* packed) {
+  const __m512i k1f = _mm512_set1_epi8(0x1f), k04 = _mm512_set1_epi8(0x04), k03 = _mm512_set1_epi8(0x03);
+  const __m512i pair8 = _mm512_set1_epi16(0x0801);      // bytes 1 and 8: r0 + r1 << 3
+  const __m512i pair16 = _mm512_set1_epi32(0x00400001);  // words 1 and 64: w0 + w1 << 6
+  const __m512i low32 = _mm512_set1_epi64(0xffffffffLL);
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 24 ? 8 * (b / 3) + b % 3 : 0);
+  const __m512i gather = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i v = _mm512_loadu_si512(in + i);
+    _mm512_storeu_si512(sym + i, _mm512_and_si512(_mm512_srli_epi16(v, 2), k1f));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 5), k04), _mm512_and_si512(v, k03));
+    const __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(r, pair8), pair16);  // dword k: raw parts 4k .. 4k + 3
+    const __m512i q = _mm512_or_si512(_mm512_and_si512(d, low32), _mm512_slli_epi64(_mm512_srli_epi64(d, 32), 12));
+    _mm512_mask_storeu_epi8(packed + 3 * (i / 8), (uint64_t{1} << 24) - 1, _mm512_permutexvar_epi8(gather, q));
+  }
+  return i;
+}
+
+// The inverse of SplitE5m2Avx512. Returns the elements done (a multiple of 64).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(const uint8_t* sym,
+                                                                              const uint8_t* packed, uint64_t count,
+                                                                              uint8_t* out) {
+  const __m512i bits12 = _mm512_set1_epi64(0xfff), k3f = _mm512_set1_epi32(0x3f), k07 = _mm512_set1_epi16(0x07);
+  const __m512i k04 = _mm512_set1_epi8(0x04), k03 = _mm512_set1_epi8(0x03), k7c = _mm512_set1_epi8(0x7c);
+  // Qword g: group g's 3 bytes; byte 63 of the masked load is zero.
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % 8 < 3 ? 3 * (b / 8) + b % 8 : 63);
+  const __m512i spread = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i q = _mm512_permutexvar_epi8(spread, _mm512_maskz_loadu_epi8((uint64_t{1} << 24) - 1,
+                                                                              packed + 3 * (i / 8)));
+    const __m512i d = _mm512_or_si512(_mm512_and_si512(q, bits12),
+                                      _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(q, 12), bits12), 32));
+    const __m512i w = _mm512_or_si512(_mm512_and_si512(d, k3f),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(d, 6), k3f), 16));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(w, k07),
+                                      _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 3), k07), 8));
+    const __m512i s = _mm512_loadu_si512(sym + i);
+    const __m512i v = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, k04), 5), _mm512_and_si512(_mm512_slli_epi16(s, 2), k7c)),
+        _mm512_and_si512(r, k03));
+    _mm512_storeu_si512(out + i, v);
+  }
+  return i;
+}
+
 // The encode entries (freq | cum << 16) of 16 symbols; table_of: their tables, or null.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) inline __m512i EncodeEntries16(
     const uint8_t* sym, const uint8_t* table_of, const uint32_t* enc) {
@@ -993,6 +1049,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
           if (simd) g = SplitFp16Avx512(in + 2 * a, count, sym + a, packed) / 8;
         } else if constexpr (std::is_same_v<E, Elem<1, 4, 3>>) {
           if (simd) g = SplitE4m3Avx512(in + a, count, sym + a, packed) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<1, 5, 2>>) {
+          if (simd) g = SplitE5m2Avx512(in + a, count, sym + a, packed) / 8;
         }
         auto group = [&](int k_count) {  // group g; whole groups pass a constant 8
           for (int k = 0; k < k_count; ++k) {
@@ -1313,6 +1371,8 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
           if (simd) g = JoinFp16Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + 2 * b) / 8;
         } else if constexpr (std::is_same_v<E, Elem<1, 4, 3>>) {
           if (simd) g = JoinE4m3Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + b) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<1, 5, 2>>) {
+          if (simd) g = JoinE5m2Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + b) / 8;
         }
         for (; b + 8 * g < e; ++g) {
           uint32_t raw[8];
