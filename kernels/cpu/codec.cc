@@ -527,6 +527,48 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(c
   return i;
 }
 
+// fp32, 16 elements a step: symbols (bits 30..23) to sym, raw parts (sign
+// << 23 | mantissa, 24 bits) 3 bytes each into packed, as PackGroup packs
+// them (24 bits are whole bytes: each part's 3 low bytes in turn, which a
+// byte permute gathers). Returns the elements done (a multiple of 16).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitFp32Avx512(const uint8_t* in, uint64_t count,
+                                                                               uint8_t* sym, uint8_t* packed) {
+  const __m512i kff = _mm512_set1_epi32(0xff), sign = _mm512_set1_epi32(0x800000), mant = _mm512_set1_epi32(0x7fffff);
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 48 ? 4 * (b / 3) + b % 3 : 0);
+  const __m512i gather = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512i v = _mm512_loadu_si512(in + 4 * i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + i), _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 23), kff)));
+    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8), sign), _mm512_and_si512(v, mant));
+    _mm512_mask_storeu_epi8(packed + 3 * i, (uint64_t{1} << 48) - 1, _mm512_permutexvar_epi8(gather, r));
+  }
+  return i;
+}
+
+// The inverse of SplitFp32Avx512. Returns the elements done (a multiple of 16).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinFp32Avx512(const uint8_t* sym,
+                                                                              const uint8_t* packed, uint64_t count,
+                                                                              uint8_t* out) {
+  const __m512i sign = _mm512_set1_epi32(0x800000), mant = _mm512_set1_epi32(0x7fffff);
+  // Dword k: raw part k's 3 bytes; byte 63 of the masked load is zero.
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % 4 < 3 ? 3 * (b / 4) + b % 4 : 63);
+  const __m512i spread = _mm512_load_si512(idx);
+  uint64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512i r =
+        _mm512_permutexvar_epi8(spread, _mm512_maskz_loadu_epi8((uint64_t{1} << 48) - 1, packed + 3 * i));
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym + i)));
+    const __m512i v = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(r, sign), 8), _mm512_slli_epi32(s, 23)),
+        _mm512_and_si512(r, mant));
+    _mm512_storeu_si512(out + 4 * i, v);
+  }
+  return i;
+}
+
 // The encode entries (freq | cum << 16) of 16 symbols; table_of: their tables, or null.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) inline __m512i EncodeEntries16(
     const uint8_t* sym, const uint8_t* table_of, const uint32_t* enc) {
@@ -1051,6 +1093,8 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
           if (simd) g = SplitE4m3Avx512(in + a, count, sym + a, packed) / 8;
         } else if constexpr (std::is_same_v<E, Elem<1, 5, 2>>) {
           if (simd) g = SplitE5m2Avx512(in + a, count, sym + a, packed) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<4, 8, 23>>) {
+          if (simd) g = SplitFp32Avx512(in + 4 * a, count, sym + a, packed) / 8;
         }
         auto group = [&](int k_count) {  // group g; whole groups pass a constant 8
           for (int k = 0; k < k_count; ++k) {
@@ -1373,6 +1417,8 @@ absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, si
           if (simd) g = JoinE4m3Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + b) / 8;
         } else if constexpr (std::is_same_v<E, Elem<1, 5, 2>>) {
           if (simd) g = JoinE5m2Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + b) / 8;
+        } else if constexpr (std::is_same_v<E, Elem<4, 8, 23>>) {
+          if (simd) g = JoinFp32Avx512(sym + b, plane, carries ? 8 * direct : e - b, out + 4 * b) / 8;
         }
         for (; b + 8 * g < e; ++g) {
           uint32_t raw[8];

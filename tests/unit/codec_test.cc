@@ -531,7 +531,7 @@ TEST(Codec, LargeChunksTakeTheirTableFromASample) {
 // chunk, good or corrupted.
 TEST(Codec, SimdAndScalarDecodersAgree) {
   std::mt19937 rng(12);
-  for (DType d : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kFP8E5M2})
+  for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2})
   for (bool kv : {false, true}) {
     EncodeOptions o;
     o.dtype = d;
