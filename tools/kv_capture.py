@@ -9,9 +9,10 @@ Model: SmolLM2-135M-Instruct (Llama architecture: 30 layers, 9 query heads,
   tools/kv_capture.py [--out ~/.cache/kvferry/kv] [--gguf PATH]
 
 For each prompt it writes <name>.<dtype> with layout [layers][2 (K, V)][tokens]
-[kv_heads][head_dim] (K after RoPE, as a KV cache holds it) in bf16, fp16 and
-fp8 e4m3 (per-layer-plane scale, as fp8 KV caches use), plus <name>.json with
-the layout. Files are cached outside the repository and reused.
+[kv_heads][head_dim] (K after RoPE, as a KV cache holds it) in bf16, fp16, fp8
+e4m3 and fp8 e5m2 (per-layer-plane scale to the format's largest value, as
+fp8 KV caches use), plus <name>.json with the layout and scales. Files are
+cached outside the repository and reused (recomputed where one is missing).
 """
 import argparse
 import json
@@ -19,6 +20,9 @@ import os
 import re
 import sys
 import time
+
+
+DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # the files written for each prompt
 
 
 def fail(msg):
@@ -209,7 +213,8 @@ def main():
     ap.add_argument("--force", action="store_true", help="recompute even if the files exist")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    todo = [p for p in PROMPTS if a.force or not os.path.exists(os.path.join(a.out, p + ".json"))]
+    todo = [p for p in PROMPTS
+            if a.force or not all(os.path.exists(os.path.join(a.out, f"{p}.{x}")) for x in ("json",) + DTYPES)]
     if not todo:
         print(f"kv_capture: cached in {a.out}")
         return
@@ -231,6 +236,9 @@ def main():
         amax = np.abs(kv).max(axis=(2, 3, 4), keepdims=True)  # per layer and plane
         scale = np.where(amax > 0, amax / 448.0, 1.0).astype(np.float32)
         files["fp8_e4m3"] = (kv / scale).astype(ml_dtypes.float8_e4m3fn)
+        scale5 = np.where(amax > 0, amax / 57344.0, 1.0).astype(np.float32)
+        files["fp8_e5m2"] = (kv / scale5).astype(ml_dtypes.float8_e5m2)
+        assert tuple(files) == DTYPES
         for dt, arr in files.items():
             arr.tofile(os.path.join(a.out, f"{name}.{dt}"))
         meta = {
@@ -240,6 +248,7 @@ def main():
             "layers": int(kv.shape[0]), "planes": 2, "tokens": int(kv.shape[2]),
             "kv_heads": int(kv.shape[3]), "head_dim": int(kv.shape[4]),
             "dtypes": sorted(files), "fp8_scales": scale.reshape(-1).tolist(),
+            "fp8_e5m2_scales": scale5.reshape(-1).tolist(),
         }
         with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump(meta, f, indent=1)

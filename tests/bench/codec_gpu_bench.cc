@@ -103,7 +103,7 @@ int Run(int argc, char** argv) {
       quick = true;
     } else {
       std::fprintf(stderr,
-                   "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp32]\n"
+                   "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
                    "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware] [--queued]\n");
       return 2;
     }
@@ -122,7 +122,8 @@ int Run(int argc, char** argv) {
   std::vector<Source> sources;
   for (auto [name, dtype] : {std::pair<const char*, DType>{"bf16", DType::kBF16},
                              {"fp16", DType::kFP16},
-                             {"fp8_e4m3", DType::kFP8E4M3}}) {
+                             {"fp8_e4m3", DType::kFP8E4M3},
+                             {"fp8_e5m2", DType::kFP8E5M2}}) {
     Source s{name, dtype, {}, kv_layout};
     for (const char* prompt : {"prose", "code", "chat"}) {
       std::vector<uint8_t> part;
