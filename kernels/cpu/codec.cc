@@ -435,20 +435,38 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinFp16Avx512(c
   return i;
 }
 
+// The fields of 64 fp8 bytes with kMant mantissa bits (e4m3: 3, e5m2: 2):
+// their exponent symbols (bits 6..kMant), their raw parts (sign << kMant |
+// mantissa), and the bytes again from both.
+template <int kMant>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i Fp8Symbols(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, kMant), _mm512_set1_epi8((1 << (7 - kMant)) - 1));
+}
+template <int kMant>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i Fp8Raw(__m512i v) {
+  return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 7 - kMant), _mm512_set1_epi8(1 << kMant)),
+                         _mm512_and_si512(v, _mm512_set1_epi8((1 << kMant) - 1)));
+}
+template <int kMant>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i Fp8Join(__m512i sym, __m512i raw) {
+  const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(raw, _mm512_set1_epi8(1 << kMant)), 7 - kMant);
+  const __m512i exp = _mm512_and_si512(_mm512_slli_epi16(sym, kMant), _mm512_set1_epi8(0x7f & ~((1 << kMant) - 1)));
+  return _mm512_or_si512(_mm512_or_si512(sign, exp), _mm512_and_si512(raw, _mm512_set1_epi8((1 << kMant) - 1)));
+}
+
 // fp8 e4m3, 64 elements a step: symbols (bits 6..3) to sym, raw parts (sign
 // << 3 | mantissa, 4 bits) two to a byte into packed (element 2j in the low
 // nibble), as PackGroup packs them. Returns the elements done (a multiple of
 // 64; the caller packs the rest).
 __attribute__((target("avx512f,avx512bw"))) uint64_t SplitE4m3Avx512(const uint8_t* in, uint64_t count,
                                                                     uint8_t* sym, uint8_t* packed) {
-  const __m512i k0f = _mm512_set1_epi8(0x0f), k08 = _mm512_set1_epi8(0x08), k07 = _mm512_set1_epi8(0x07);
   const __m512i pair = _mm512_set1_epi16(0x1001);  // bytes 1 and 16: r0 + r1 << 4
   uint64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const __m512i v = _mm512_loadu_si512(in + i);
-    _mm512_storeu_si512(sym + i, _mm512_and_si512(_mm512_srli_epi16(v, 3), k0f));
-    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), k08), _mm512_and_si512(v, k07));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + i / 2), _mm512_cvtepi16_epi8(_mm512_maddubs_epi16(r, pair)));
+    _mm512_storeu_si512(sym + i, Fp8Symbols<3>(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + i / 2),
+                        _mm512_cvtepi16_epi8(_mm512_maddubs_epi16(Fp8Raw<3>(v), pair)));
   }
   return i;
 }
@@ -456,17 +474,12 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t SplitE4m3Avx512(const uint8
 // The inverse of SplitE4m3Avx512. Returns the elements done (a multiple of 64).
 __attribute__((target("avx512f,avx512bw"))) uint64_t JoinE4m3Avx512(const uint8_t* sym, const uint8_t* packed,
                                                                    uint64_t count, uint8_t* out) {
-  const __m512i k0f = _mm512_set1_epi16(0x0f), k08 = _mm512_set1_epi8(0x08), k07 = _mm512_set1_epi8(0x07);
-  const __m512i k78 = _mm512_set1_epi8(0x78);
+  const __m512i k0f = _mm512_set1_epi16(0x0f);
   uint64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + i / 2)));
     const __m512i r = _mm512_or_si512(_mm512_and_si512(b, k0f), _mm512_slli_epi16(_mm512_srli_epi16(b, 4), 8));
-    const __m512i s = _mm512_loadu_si512(sym + i);
-    const __m512i v = _mm512_or_si512(
-        _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, k08), 4), _mm512_and_si512(_mm512_slli_epi16(s, 3), k78)),
-        _mm512_and_si512(r, k07));
-    _mm512_storeu_si512(out + i, v);
+    _mm512_storeu_si512(out + i, Fp8Join<3>(_mm512_loadu_si512(sym + i), r));
   }
   return i;
 }
@@ -479,7 +492,6 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t JoinE4m3Avx512(const uint8_
 // gathers. Returns the elements done (a multiple of 64).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitE5m2Avx512(const uint8_t* in, uint64_t count,
                                                                                uint8_t* sym, uint8_t* packed) {
-  const __m512i k1f = _mm512_set1_epi8(0x1f), k04 = _mm512_set1_epi8(0x04), k03 = _mm512_set1_epi8(0x03);
   const __m512i pair8 = _mm512_set1_epi16(0x0801);      // bytes 1 and 8: r0 + r1 << 3
   const __m512i pair16 = _mm512_set1_epi32(0x00400001);  // words 1 and 64: w0 + w1 << 6
   const __m512i low32 = _mm512_set1_epi64(0xffffffffLL);
@@ -489,9 +501,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitE5m2Avx512(
   uint64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const __m512i v = _mm512_loadu_si512(in + i);
-    _mm512_storeu_si512(sym + i, _mm512_and_si512(_mm512_srli_epi16(v, 2), k1f));
-    const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 5), k04), _mm512_and_si512(v, k03));
-    const __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(r, pair8), pair16);  // dword k: raw parts 4k .. 4k + 3
+    _mm512_storeu_si512(sym + i, Fp8Symbols<2>(v));
+    // Dword k: raw parts 4k .. 4k + 3.
+    const __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(Fp8Raw<2>(v), pair8), pair16);
     const __m512i q = _mm512_or_si512(_mm512_and_si512(d, low32), _mm512_slli_epi64(_mm512_srli_epi64(d, 32), 12));
     _mm512_mask_storeu_epi8(packed + 3 * (i / 8), (uint64_t{1} << 24) - 1, _mm512_permutexvar_epi8(gather, q));
   }
@@ -503,7 +515,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(c
                                                                               const uint8_t* packed, uint64_t count,
                                                                               uint8_t* out) {
   const __m512i bits12 = _mm512_set1_epi64(0xfff), k3f = _mm512_set1_epi32(0x3f), k07 = _mm512_set1_epi16(0x07);
-  const __m512i k04 = _mm512_set1_epi8(0x04), k03 = _mm512_set1_epi8(0x03), k7c = _mm512_set1_epi8(0x7c);
   // Qword g: group g's 3 bytes; byte 63 of the masked load is zero.
   alignas(64) uint8_t idx[64];
   for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % 8 < 3 ? 3 * (b / 8) + b % 8 : 63);
@@ -518,11 +529,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(c
                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(d, 6), k3f), 16));
     const __m512i r = _mm512_or_si512(_mm512_and_si512(w, k07),
                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 3), k07), 8));
-    const __m512i s = _mm512_loadu_si512(sym + i);
-    const __m512i v = _mm512_or_si512(
-        _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(r, k04), 5), _mm512_and_si512(_mm512_slli_epi16(s, 2), k7c)),
-        _mm512_and_si512(r, k03));
-    _mm512_storeu_si512(out + i, v);
+    _mm512_storeu_si512(out + i, Fp8Join<2>(_mm512_loadu_si512(sym + i), r));
   }
   return i;
 }
@@ -540,7 +547,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitFp32Avx512(
   uint64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m512i v = _mm512_loadu_si512(in + 4 * i);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + i), _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 23), kff)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sym + i),
+                     _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 23), kff)));
     const __m512i r = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8), sign), _mm512_and_si512(v, mant));
     _mm512_mask_storeu_epi8(packed + 3 * i, (uint64_t{1} << 48) - 1, _mm512_permutexvar_epi8(gather, r));
   }
