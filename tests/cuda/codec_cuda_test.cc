@@ -658,9 +658,12 @@ TEST_F(CudaCodec, WithoutStoredTheEncoderMatchesTheCpuThatTookItsRawPlane) {
   EXPECT_GT(taken, 40);
 }
 
-TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
-  auto input = KvLike(DType::kBF16, 50000, 1024, 4);
-  auto enc = cuda::Encoder::Create(6, input.size());
+// Six requests of `elements` bf16 values on an encoder sized for
+// `encoder_bytes`: five bad ones refused, the good one coded; then all six
+// good.
+void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
+  auto input = KvLike(DType::kBF16, elements, 1024, 4);
+  auto enc = cuda::Encoder::Create(6, encoder_bytes);
   ASSERT_TRUE(enc.ok());
   uint8_t *in = nullptr, *out = nullptr;
   const size_t cap = MaxEncodedBytes(input.size());
@@ -720,13 +723,24 @@ TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
     CUDA_OK(cudaMemcpy(chunk.data(), out + k * cap, chunk.size(), cudaMemcpyDeviceToHost));
     EXPECT_TRUE(chunk == cpu) << "request " << k << ": " << FirstDifference(chunk, cpu);
   }
-  EXPECT_EQ(cuda::Encoder::Create(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
   cudaFree(in);
   cudaFree(out);
   cudaFree(blocks);
   cudaFree(dh);
   cudaFree(dstatus);
   cudaFree(dsizes);
+}
+
+// Twice: on an encoder sized for the input, and on one sized for chunks that
+// may be fused (both Tiles instances run) with an 8 MiB input, of which
+// request 5's blocks split and sum half before its null block refuses it.
+TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
+  for (const auto [elements, encoder_bytes] :
+       {std::pair<size_t, size_t>{50000, 100000}, {size_t{4} << 20, 2 * plan::kSampleMinElements}}) {
+    SCOPED_TRACE(::testing::Message() << elements << " elements, encoder for " << encoder_bytes << " bytes");
+    RejectsBadRequestsAndKeepsTheRest(elements, encoder_bytes);
+  }
+  EXPECT_EQ(cuda::Encoder::Create(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // An encoder or decoder sized for 1 MiB chunks refuses a 2 MiB one (more
