@@ -342,6 +342,13 @@ constexpr uint32_t kSplitShared =
 constexpr uint32_t kSplitRawStage = 384;
 static_assert(kSplitWarps * kSplitRawStage <= kMaxGroupedChannels * 4, "raw stages fit the channel sums' space");
 
+// kFusable: the call may hold fused chunks (an encoder sized for chunks of
+// plan::kSampleMinElements bf16 elements or more). The other instance leaves
+// the fused path out, and with it ptxas's spill (28/52 bytes, none without):
+// on an H100, 16 x 4 MiB bf16 encodes at 587-596 instead of 570-579 GB/s and
+// Split takes 49.4 instead of 52.0 us there (ncu), one 1 MiB chunk 25.9-27.4
+// instead of 27.0-27.7 us.
+template <bool kFusable>
 __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     SplitKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws, uint32_t per_warp,
                 uint32_t subs_log2) {
@@ -370,7 +377,8 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   const uint32_t groups = kSplitWarps >> subs_log2;  // checksum blocks a round of the block's warps takes
   const uint64_t span = groups * per_warp * checksum::kBlockBytes;
   const uint64_t b0 = blockIdx.x * span;
-  const uint64_t stride = p.fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
+  const bool fused = kFusable && p.fused;
+  const uint64_t stride = fused ? plan::kSampleStride : 1;  // blocks of the chunk a block of the grid stands for
   // A block list: the grid's first block checks every pointer (and reports
   // the request), each other block those of the bytes it reads, which it
   // then skips if one is bad.
@@ -414,7 +422,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   // A fused chunk: only the sample's symbols, a warp's 4 KiB in one round of
   // loads (Tiles writes its raw plane and sums its checksum); the first warp
   // of a group (fused chunks are large, where subs is 1).
-  for (uint32_t j = 0; p.fused && sub == 0 && j < per_warp; ++j) {
+  for (uint32_t j = 0; fused && sub == 0 && j < per_warp; ++j) {
     const uint64_t blk = (b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes) * stride;
     if (blk >= p.bytes) break;  // uniform over the warp
     constexpr uint32_t kPieces = checksum::kBlockBytes / 512;
@@ -436,7 +444,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   // (fused chunks never go on from here; every warp of the block does, so
   // that the groups' barriers are reached by all)
   const uint32_t pieces = (checksum::kBlockBytes / 512) >> subs_log2;
-  for (uint32_t j = 0; !p.fused && j < per_warp; ++j) {
+  for (uint32_t j = 0; !fused && j < per_warp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes;
     const bool have = blk < p.bytes;  // uniform over the group
     kvferry::cuda::Kvsum64Pairs sum;
@@ -1480,8 +1488,10 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
                               2 * kMaxGroupedChannels + 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
                          n * TsumSlots(e->max_tiles_) * 8ull;
-  if (cudaFuncSetAttribute(SplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSplitShared)) !=
-      cudaSuccess) {
+  if (cudaFuncSetAttribute(SplitKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSplitShared)) != cudaSuccess ||
+      cudaFuncSetAttribute(SplitKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSplitShared)) != cudaSuccess) {
     return absl::InternalError("cannot give the split kernel its shared memory");
   }
   if (cudaFuncSetAttribute(RankKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1564,6 +1574,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const uint64_t split_span = (kSplitWarps >> split_subs_log2) * split_per_warp * checksum::kBlockBytes;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_span - 1) / split_span);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
+  // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
+  const bool fusable = max_chunk_bytes_ >= 2 * plan::kSampleMinElements;
   cudaError_t e = cudaSuccess;
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
@@ -1576,8 +1588,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     cudaMemsetAsync(ws.sum, 0, n * 8, stream);
     return r;
   };
-  launch(Launch(SplitKernel, dim3(split_blocks, count), kSplitWarps * 32, kSplitShared, stream, chunks, status, sizes,
-                ws, split_per_warp, split_subs_log2));
+  launch(Launch(fusable ? SplitKernel<true> : SplitKernel<false>, dim3(split_blocks, count), kSplitWarps * 32,
+                kSplitShared, stream, chunks, status, sizes, ws, split_per_warp, split_subs_log2));
   if (channel_groups) {
     launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
     launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
@@ -1591,8 +1603,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
   launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid, tile_warps * 32, 0,
                 stream, status, ws));
-  // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
-  if (max_chunk_bytes_ >= 2 * plan::kSampleMinElements) {
+  if (fusable) {
     launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
   }
   launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, stream, chunks, status, sizes, ws));
