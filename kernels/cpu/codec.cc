@@ -374,6 +374,21 @@ __attribute__((target("avx512f,avx512bw"))) void JoinBf16Avx512(const uint8_t* s
   }
 }
 
+// Byte-permute indexes for raw parts of `len` whole bytes in lanes of
+// `stride` bytes. GatherIndex: `parts` parts packed from lane starts (bytes
+// past them 0). SpreadIndex, its inverse: lane g's first len bytes from part
+// g, the rest from byte 63 (which the callers' masked loads leave zero).
+__attribute__((target("avx512f"))) inline __m512i GatherIndex(int len, int stride, int parts) {
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < parts * len ? stride * (b / len) + b % len : 0);
+  return _mm512_load_si512(idx);
+}
+__attribute__((target("avx512f"))) inline __m512i SpreadIndex(int len, int stride) {
+  alignas(64) uint8_t idx[64];
+  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % stride < len ? len * (b / stride) + b % stride : 63);
+  return _mm512_load_si512(idx);
+}
+
 // fp16, 32 elements a step: symbols (bits 14..10) to sym, raw parts
 // (sign << 10 | mantissa, 11 bits) packed 8 to a group of 11 bytes into
 // packed, as PackGroup packs them. A group's four pairs of raw parts become
@@ -385,9 +400,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitFp16Avx512(
   const __m512i k1f = _mm512_set1_epi16(0x1f), k3ff = _mm512_set1_epi16(0x3ff), k400 = _mm512_set1_epi16(0x400);
   const __m512i pair = _mm512_set1_epi32(0x08000001);  // words 1 and 2048: r0 + r1 << 11
   const __m512i low32 = _mm512_set1_epi64(0xffffffffLL);
-  alignas(64) uint8_t idx[64];
-  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 44 ? 16 * (b / 11) + b % 11 : 0);
-  const __m512i gather = _mm512_load_si512(idx);
+  const __m512i gather = GatherIndex(11, 16, 4);
   uint64_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const __m512i v = _mm512_loadu_si512(in + 2 * i);
@@ -495,9 +508,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitE5m2Avx512(
   const __m512i pair8 = _mm512_set1_epi16(0x0801);      // bytes 1 and 8: r0 + r1 << 3
   const __m512i pair16 = _mm512_set1_epi32(0x00400001);  // words 1 and 64: w0 + w1 << 6
   const __m512i low32 = _mm512_set1_epi64(0xffffffffLL);
-  alignas(64) uint8_t idx[64];
-  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 24 ? 8 * (b / 3) + b % 3 : 0);
-  const __m512i gather = _mm512_load_si512(idx);
+  const __m512i gather = GatherIndex(3, 8, 8);
   uint64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const __m512i v = _mm512_loadu_si512(in + i);
@@ -516,9 +527,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(c
                                                                               uint8_t* out) {
   const __m512i bits12 = _mm512_set1_epi64(0xfff), k3f = _mm512_set1_epi32(0x3f), k07 = _mm512_set1_epi16(0x07);
   // Qword g: group g's 3 bytes; byte 63 of the masked load is zero.
-  alignas(64) uint8_t idx[64];
-  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % 8 < 3 ? 3 * (b / 8) + b % 8 : 63);
-  const __m512i spread = _mm512_load_si512(idx);
+  const __m512i spread = SpreadIndex(3, 8);
   uint64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const __m512i q = _mm512_permutexvar_epi8(spread, _mm512_maskz_loadu_epi8((uint64_t{1} << 24) - 1,
@@ -541,9 +550,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinE5m2Avx512(c
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t SplitFp32Avx512(const uint8_t* in, uint64_t count,
                                                                                uint8_t* sym, uint8_t* packed) {
   const __m512i kff = _mm512_set1_epi32(0xff), sign = _mm512_set1_epi32(0x800000), mant = _mm512_set1_epi32(0x7fffff);
-  alignas(64) uint8_t idx[64];
-  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b < 48 ? 4 * (b / 3) + b % 3 : 0);
-  const __m512i gather = _mm512_load_si512(idx);
+  const __m512i gather = GatherIndex(3, 4, 16);
   uint64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m512i v = _mm512_loadu_si512(in + 4 * i);
@@ -561,9 +568,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) uint64_t JoinFp32Avx512(c
                                                                               uint8_t* out) {
   const __m512i sign = _mm512_set1_epi32(0x800000), mant = _mm512_set1_epi32(0x7fffff);
   // Dword k: raw part k's 3 bytes; byte 63 of the masked load is zero.
-  alignas(64) uint8_t idx[64];
-  for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>(b % 4 < 3 ? 3 * (b / 4) + b % 4 : 63);
-  const __m512i spread = _mm512_load_si512(idx);
+  const __m512i spread = SpreadIndex(3, 4);
   uint64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m512i r =
