@@ -95,7 +95,8 @@ class Decoder {
   int max_chunks_ = 0;
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;
-  int sms_ = 1;  // of the device the decoder was created on
+  int sms_ = 1;       // of the device the decoder was created on
+  int resident_ = 1;  // Decode blocks resident at once on it
   void* workspace_ = nullptr;
 };
 

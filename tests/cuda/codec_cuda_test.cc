@@ -133,6 +133,93 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   ExpectDecodesBitExact(b);
 }
 
+// A call with more tile groups than one wave of Decode blocks holds (a
+// coded bf16 chunk of one table is then decoded in two passes a block, its
+// groups b and b + span): every chunk bit-exact, with odd and even group
+// counts, single-group chunks and, in the same call, chunks of one pass (fp16,
+// KV-aware, STORED); a corrupted tile in either pass fails its chunk alone.
+TEST_F(CudaCodec, CallsLargerThanAWaveOfDecodeBlocksDecodeBitExactAndCatchBadTiles) {
+  int dev = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  // A decoder sized for 4 MiB chunks has 512 tiles, 64 groups of 8, a chunk:
+  // enough chunks for more groups than 8 blocks an SM (at most 4 fit).
+  constexpr size_t kTile = 4096;  // plan::TileLog2 for 2^18 .. 2^21 elements
+  const size_t big = static_cast<size_t>(sms) / 8 + 1;
+  Batch b;
+  std::vector<size_t> elements;
+  for (size_t k = 0; k < big; ++k) {
+    switch (k % 4) {
+      case 0: elements.push_back(size_t{1} << 21); break;  // 512 tiles, 64 groups
+      case 1: elements.push_back(504 * kTile - 5); break;   // 504 tiles, 63 groups
+      case 2: elements.push_back(505 * kTile + 7); break;   // 506 tiles, 64 groups (a short one)
+      default: elements.push_back(100000); break;           // 7 tiles of 16384, one group
+    }
+  }
+  for (size_t k = 0; k < elements.size(); ++k) {
+    EncodeOptions o;
+    o.dtype = DType::kBF16;
+    b.inputs.push_back(KvLike(DType::kBF16, elements[k], 1024, static_cast<uint32_t>(k + 1)));
+    b.chunks.push_back(EncodeCpu(o, b.inputs.back()));
+  }
+  {  // one-pass chunks in the same call
+    EncodeOptions o;
+    o.dtype = DType::kFP16;
+    b.inputs.push_back(KvLike(DType::kFP16, size_t{1} << 21, 1024, 91));
+    b.chunks.push_back(EncodeCpu(o, b.inputs.back()));
+    o.dtype = DType::kBF16;
+    o.layout = {0, 8, 128};
+    b.inputs.push_back(KvLike(DType::kBF16, size_t{1} << 21, 1024, 92));
+    b.chunks.push_back(EncodeCpu(o, b.inputs.back()));
+    std::mt19937 rng(93);
+    b.inputs.emplace_back(size_t{3} << 20);
+    for (auto& v : b.inputs.back()) v = static_cast<uint8_t>(rng());
+    b.chunks.push_back(EncodeCpu(EncodeOptions{}, b.inputs.back()));
+  }
+  ExpectDecodesBitExact(b);
+
+  // Chunk 1 (63 groups, span 32): its first tile is block 0's first pass,
+  // its last tile block 30's second pass. A byte of each, corrupted in a
+  // copy of the chunk apiece.
+  const std::vector<uint8_t>& c1 = b.chunks[1];
+  uint32_t tiles = 0, tables = 0, count = 0;
+  uint64_t raw_plane = 0;
+  std::memcpy(&tiles, c1.data() + 32, 4);
+  std::memcpy(&raw_plane, c1.data() + 40, 8);
+  std::memcpy(&tables, c1.data() + 28, 2);
+  ASSERT_EQ(tiles, 504u);
+  ASSERT_EQ(tables, 1u);
+  const size_t table_at = 64 + raw_plane;
+  std::memcpy(&count, c1.data() + table_at + 2, 2);
+  const size_t dir = table_at + 4 + 2 * count;
+  const size_t tiles_start = (dir + 4 * tiles + 3) & ~size_t{3};
+  uint32_t first = 0;
+  std::memcpy(&first, c1.data() + dir, 4);
+  ASSERT_EQ(first & 0x80000000u, 0u) << "tile 0 is coded";
+  Batch bad;
+  for (size_t at : {tiles_start + (first & 0x7fffffffu) - 6, c1.size() - 6}) {
+    bad.inputs.push_back(b.inputs[1]);
+    bad.chunks.push_back(c1);
+    bad.chunks.back()[at] ^= 0x5a;
+    std::vector<uint8_t> out(b.inputs[1].size());
+    EXPECT_FALSE(Decode(bad.chunks.back().data(), bad.chunks.back().size(), out.data(), out.size()).ok());
+  }
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    if (k == 1) continue;
+    bad.inputs.push_back(b.inputs[k]);
+    bad.chunks.push_back(b.chunks[k]);
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(bad, &status, &outs);
+  EXPECT_NE(status[0], 0) << "a bad tile in the first pass";
+  EXPECT_NE(status[1], 0) << "a bad tile in the second pass";
+  for (size_t k = 2; k < bad.chunks.size(); ++k) {
+    EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(outs[k] == bad.inputs[k]) << "chunk " << k << " differs";
+  }
+}
+
 // Every tile size, whichever an encoder picked: 1-byte elements in 4096- and
 // 8192-symbol tiles (4 and 8 KiB of output a tile), 2- and 4-byte ones in
 // tiles of each size where the encoders would pick another.
