@@ -137,7 +137,8 @@ TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
 // coded bf16 chunk of one table is then decoded in two passes a block, its
 // groups b and b + span): every chunk bit-exact, with odd and even group
 // counts, single-group chunks and, in the same call, chunks of one pass (fp16,
-// KV-aware, STORED); a corrupted tile in either pass fails its chunk alone.
+// KV-aware, STORED); a corrupted tile in either pass fails its chunk alone,
+// and randomly corrupted copies fail or decode to the original.
 TEST_F(CudaCodec, CallsLargerThanAWaveOfDecodeBlocksDecodeBitExactAndCatchBadTiles) {
   int dev = 0, sms = 0;
   CUDA_OK(cudaGetDevice(&dev));
@@ -209,15 +210,34 @@ TEST_F(CudaCodec, CallsLargerThanAWaveOfDecodeBlocksDecodeBitExactAndCatchBadTil
     bad.inputs.push_back(b.inputs[k]);
     bad.chunks.push_back(b.chunks[k]);
   }
+  // And copies of chunk 1 with one random byte of its tables, directory or
+  // tiles changed: each fails or decodes to the original, never to anything
+  // else.
+  const size_t good_end = bad.chunks.size();
+  std::mt19937 rng(94);
+  for (int k = 0; k < 24; ++k) {
+    bad.inputs.push_back(b.inputs[1]);
+    bad.chunks.push_back(c1);
+    bad.chunks.back()[table_at + rng() % (c1.size() - table_at)] ^= static_cast<uint8_t>(1 + rng() % 255);
+  }
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
   DecodeOnGpu(bad, &status, &outs);
   EXPECT_NE(status[0], 0) << "a bad tile in the first pass";
   EXPECT_NE(status[1], 0) << "a bad tile in the second pass";
-  for (size_t k = 2; k < bad.chunks.size(); ++k) {
+  for (size_t k = 2; k < good_end; ++k) {
     EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
     EXPECT_TRUE(outs[k] == bad.inputs[k]) << "chunk " << k << " differs";
   }
+  int failed = 0;
+  for (size_t k = good_end; k < bad.chunks.size(); ++k) {
+    if (status[k] != 0) {
+      ++failed;
+    } else {
+      EXPECT_TRUE(outs[k] == bad.inputs[k]) << "corrupted chunk " << k << " decoded OK to different bytes";
+    }
+  }
+  EXPECT_GT(failed, 20);
 }
 
 // Every tile size, whichever an encoder picked: 1-byte elements in 4096- and
