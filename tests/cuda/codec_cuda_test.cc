@@ -842,7 +842,7 @@ void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
 // may be fused (both Tiles instances run) with an 8 MiB input, of which
 // request 5's blocks split and sum half before its null block refuses it.
 TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
-  for (const auto [elements, encoder_bytes] :
+  for (const auto& [elements, encoder_bytes] :
        {std::pair<size_t, size_t>{50000, 100000}, {size_t{4} << 20, 2 * plan::kSampleMinElements}}) {
     SCOPED_TRACE(::testing::Message() << elements << " elements, encoder for " << encoder_bytes << " bytes");
     RejectsBadRequestsAndKeepsTheRest(elements, encoder_bytes);
