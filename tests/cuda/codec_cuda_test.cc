@@ -336,6 +336,43 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   EXPECT_GT(failed, 190);
 }
 
+// A chunk of many checksum blocks (6 MiB: 1537 blocks of 4 KiB over 385
+// tiles) with one raw-plane byte flipped, in its first, a middle or its last
+// checksum block, or its header's checksum flipped: the rANS streams still
+// decode, so only the checksum can catch it, and it does; the good copies in
+// the same call decode bit-exactly.
+TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
+  const size_t n = (size_t{3} << 20) + 1001;
+  auto in = KvLike(DType::kBF16, n, 1024, 12);
+  const auto good = EncodeCpu(EncodeOptions{}, in);
+  ASSERT_FALSE(good.empty());
+  uint64_t raw = 0;  // header bytes 40..47: the raw plane's bytes (a little-endian host)
+  std::memcpy(&raw, good.data() + 40, 8);
+  ASSERT_GT(raw, uint64_t{1} << 20);
+  Batch b;
+  std::vector<int32_t> want;
+  auto add = [&](int64_t flip_at) {
+    auto c = good;
+    if (flip_at >= 0) c[static_cast<size_t>(flip_at)] ^= 0x10;
+    b.inputs.push_back(in);
+    b.chunks.push_back(std::move(c));
+    want.push_back(flip_at >= 0 ? cuda::kChecksum : cuda::kOk);
+  };
+  add(-1);
+  add(64);                                      // element 0's raw byte, checksum block 0
+  add(static_cast<int64_t>(64 + raw / 2 + 3));  // a middle block
+  add(static_cast<int64_t>(64 + raw - 8));      // the last element's raw byte (7 bytes of padding follow it)
+  add(56);                                      // the header's checksum
+  add(-1);
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs);
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(status[k], want[k]) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
+    if (want[k] == cuda::kOk) EXPECT_TRUE(outs[k] == in) << "chunk " << k << " differs";
+  }
+}
+
 // Every byte of the header and of the section between the raw plane and the
 // first tiles (channel map, tables, directory, padding), corrupted one at a
 // time: the GPU decoder accepts a chunk exactly when the CPU decoder does,
