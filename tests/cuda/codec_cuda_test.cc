@@ -183,14 +183,13 @@ TEST_F(CudaCodec, CallsLargerThanAWaveOfDecodeBlocksDecodeBitExactAndCatchBadTil
   // its last tile block 30's second pass. A byte of each, corrupted in a
   // copy of the chunk apiece.
   const std::vector<uint8_t>& c1 = b.chunks[1];
-  uint32_t tiles = 0, tables = 0, count = 0;
-  uint64_t raw_plane = 0;
-  std::memcpy(&tiles, c1.data() + 32, 4);
-  std::memcpy(&raw_plane, c1.data() + 40, 8);
-  std::memcpy(&tables, c1.data() + 28, 2);
+  const auto info = Inspect(c1.data(), c1.size());
+  ASSERT_TRUE(info.ok()) << info.status();
+  const uint32_t tiles = info->tiles;
   ASSERT_EQ(tiles, 504u);
-  ASSERT_EQ(tables, 1u);
-  const size_t table_at = 64 + raw_plane;
+  ASSERT_EQ(info->tables, 1u);
+  uint32_t count = 0;
+  const size_t table_at = 64 + info->raw_plane_bytes;
   std::memcpy(&count, c1.data() + table_at + 2, 2);
   const size_t dir = table_at + 4 + 2 * count;
   const size_t tiles_start = (dir + 4 * tiles + 3) & ~size_t{3};
@@ -345,9 +344,9 @@ TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
   const size_t n = (size_t{3} << 20) + 1001;
   auto in = KvLike(DType::kBF16, n, 1024, 12);
   const auto good = EncodeCpu(EncodeOptions{}, in);
-  ASSERT_FALSE(good.empty());
-  uint64_t raw = 0;  // header bytes 40..47: the raw plane's bytes (a little-endian host)
-  std::memcpy(&raw, good.data() + 40, 8);
+  const auto info = Inspect(good.data(), good.size());
+  ASSERT_TRUE(info.ok()) << info.status();
+  const uint64_t raw = info->raw_plane_bytes;
   ASSERT_GT(raw, uint64_t{1} << 20);
   Batch b;
   std::vector<int32_t> want;
