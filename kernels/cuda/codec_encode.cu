@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     }
     if (have && sub == 0) {
       const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
-      sum.Finish(blk / checksum::kBlockBytes, m, &ws.sum[c]);
+      sum.Finish(blk / checksum::kBlockBytes, m, SumSlot(ws.sum, c, blk / checksum::kBlockBytes));
     }
   }
   if (!code) return;  // uniform for the block
@@ -1259,10 +1259,10 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
                   "the stages fit the tables' space");
     if (p.in.blocks == nullptr) {
       unseen = CodeFusedTile<true>(p, begin, tile, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
-                                   &ws.sum[c], lt, words_end, x, emitted);
+                                   SumSlot(ws.sum, c, tile), lt, words_end, x, emitted);
     } else {
       unseen = CodeFusedTile<false>(p, begin, tile, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
-                                    &ws.sum[c], lt, words_end, x, emitted);
+                                    SumSlot(ws.sum, c, tile), lt, words_end, x, emitted);
     }
   } else WithElem(p.dtype, [&](auto el) {
     using E = decltype(el);
@@ -1391,18 +1391,16 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   const uint32_t tiles = p.tiles;
   const unsigned long long total = tsum[0];
   const uint32_t e = entry[t], nw = ws.nwords[at + t];
-  // The checksum sum (the header's, block 0), read and zeroed for the next
-  // call's Split whatever becomes of this chunk.
-  const bool header = blockIdx.x == 0 && threadIdx.x == 0;
-  const unsigned long long sum = header ? ws.sum[c] : 0;
-  if (header) ws.sum[c] = 0;
   uint64_t low = 0;
   {
     const uint32_t g0 = t / kTsumGroup;
     for (uint32_t g = threadIdx.x; g < g0; g += blockDim.x) low += tsum[1 + g];
     for (uint32_t k = g0 * kTsumGroup + threadIdx.x; k < t; k += blockDim.x) low += entry[k] & ~kTileRaw;
   }
-  if (st != kOk) return;  // uniform for the block, as every return before the barrier
+  if (st != kOk) {  // uniform for the block, as every return before the barrier
+    if (blockIdx.x == 0 && threadIdx.x < kSumSlots) *SumSlot(ws.sum, c, threadIdx.x) = 0;  // for the next call
+    return;
+  }
   const EncodeChunk& ch = chunks[c];
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
@@ -1472,7 +1470,11 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
       }
     }
   }
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  // Block 0: the checksum sums, zeroed for the next call (warp 0), then the
+  // header (thread 0).
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  const unsigned long long sum = TakeSums(ws.sum, c);
+  if (threadIdx.x != 0) return;
   if (too_big) {
     status[c] = kOutputTooSmall;
     return;
@@ -1505,7 +1507,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   // 64 * 24: the regions' alignment (EncodeAsync's take).
   const uint64_t bytes = 64 * 24 + (kM + 1) * 4 + checksum::kWordsPerBlock * 8 +
-                         n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + 8 +
+                         n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + kSumBytesPerChunk +
                               2 * kMaxGroupedChannels + 4096 * 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
                          n * TsumSlots(e->max_tiles_) * 8ull;
@@ -1571,7 +1573,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
   ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
   ws.hist16 = reinterpret_cast<unsigned long long*>(take(n * 4096 * 8));
-  ws.sum = reinterpret_cast<unsigned long long*>(take(n * 8));
+  ws.sum = reinterpret_cast<unsigned long long*>(take(n * kSumBytesPerChunk));
   ws.group16 = take(n * kMaxGroupedChannels);
   ws.map = take(n * kMaxGroupedChannels);
   ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
@@ -1606,7 +1608,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   auto fail = [&](cudaError_t r) {
     cudaMemsetAsync(ws.hist, 0, n * 256 * 8, stream);
     cudaMemsetAsync(ws.chsum, 0, n * kMaxGroupedChannels * 8, stream);
-    cudaMemsetAsync(ws.sum, 0, n * 8, stream);
+    cudaMemsetAsync(ws.sum, 0, n * kSumBytesPerChunk, stream);
     return r;
   };
   launch(Launch(fusable ? SplitKernel<true> : SplitKernel<false>, dim3(split_blocks, count), kSplitWarps * 32,
