@@ -314,23 +314,14 @@ __device__ __forceinline__ T WarpSum(T v) {
 // A chunk's kvsum64 digests are added to kSumSlots slots, 64 bytes apart:
 // slot k % kSumSlots, k the writer's tile or checksum block (encoder) or
 // Decode block, so that the atomics of warps that end their tiles together
-// do not queue on one address. The reader adds the slots up. Measured on an
+// do not queue on one address. The reader adds the slots up, a warp with a
+// slot a lane (one thread's loop waits for each load in turn). Measured on an
 // H100 against one address: bf16 256 MiB encode 965-974 -> 1012-1025 GB/s,
 // decode 1282-1321 -> 1335-1344 GB/s (docs/performance.md).
 constexpr uint32_t kSumSlots = 32, kSumStride = 8;
 constexpr uint64_t kSumBytesPerChunk = uint64_t{kSumSlots} * kSumStride * 8;
 __device__ __forceinline__ unsigned long long* SumSlot(unsigned long long* sums, int c, uint64_t k) {
   return sums + (static_cast<uint64_t>(c) * kSumSlots + k % kSumSlots) * kSumStride;
-}
-// The whole warp: the total of chunk c's slots on every lane; the slots are
-// zeroed for the next call. (One load a lane: a single thread's loop would
-// wait for each load in turn, since its stores may alias the next load.)
-__device__ __forceinline__ unsigned long long TakeSums(unsigned long long* sums, int c) {
-  static_assert(kSumSlots == 32, "a slot a lane");
-  unsigned long long* slot = SumSlot(sums, c, threadIdx.x % 32);
-  const unsigned long long v = *slot;
-  *slot = 0;
-  return WarpSum(v);
 }
 
 }  // namespace kvferry::codec::cuda

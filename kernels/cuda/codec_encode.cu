@@ -1391,16 +1391,21 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   const uint32_t tiles = p.tiles;
   const unsigned long long total = tsum[0];
   const uint32_t e = entry[t], nw = ws.nwords[at + t];
+  // Block 0, warp 0: the chunk's checksum slots, a slot a lane, read in this
+  // round trip and zeroed for the next call whatever becomes of the chunk;
+  // added up before the header is written.
+  unsigned long long slot = 0;
+  if (blockIdx.x == 0 && threadIdx.x < kSumSlots) {
+    slot = *SumSlot(ws.sum, c, threadIdx.x);
+    *SumSlot(ws.sum, c, threadIdx.x) = 0;
+  }
   uint64_t low = 0;
   {
     const uint32_t g0 = t / kTsumGroup;
     for (uint32_t g = threadIdx.x; g < g0; g += blockDim.x) low += tsum[1 + g];
     for (uint32_t k = g0 * kTsumGroup + threadIdx.x; k < t; k += blockDim.x) low += entry[k] & ~kTileRaw;
   }
-  if (st != kOk) {  // uniform for the block, as every return before the barrier
-    if (blockIdx.x == 0 && threadIdx.x < kSumSlots) *SumSlot(ws.sum, c, threadIdx.x) = 0;  // for the next call
-    return;
-  }
+  if (st != kOk) return;  // uniform for the block, as every return before the barrier
   const EncodeChunk& ch = chunks[c];
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
@@ -1470,10 +1475,9 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
       }
     }
   }
-  // Block 0: the checksum sums, zeroed for the next call (warp 0), then the
-  // header (thread 0).
+  // Block 0: the checksum (warp 0), then the header (thread 0).
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
-  const unsigned long long sum = TakeSums(ws.sum, c);
+  const unsigned long long sum = WarpSum(slot);
   if (threadIdx.x != 0) return;
   if (too_big) {
     status[c] = kOutputTooSmall;
