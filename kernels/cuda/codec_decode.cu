@@ -36,7 +36,7 @@ struct Workspace {
   ChunkState* state;
   SlotTable* tables;        // [max_chunks]: one-table chunks
   GroupTables* groups;      // [max_chunks]: grouped chunks
-  unsigned long long* sum;  // [max_chunks]
+  unsigned long long* sum;  // [max_chunks] x kSumSlots checksum slots (SumSlot)
 };
 
 // Parse's copy of a chunk's state, in shared memory: read back from the

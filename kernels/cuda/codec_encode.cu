@@ -65,7 +65,7 @@ struct Workspace {
   unsigned long long* hist;    // [chunks][256]
   unsigned long long* chsum;   // [chunks][kMaxGroupedChannels]
   unsigned long long* hist16;  // [chunks][16][256]
-  unsigned long long* sum;     // [chunks] kvsum64 accumulator
+  unsigned long long* sum;     // [chunks] x kSumSlots kvsum64 slots (SumSlot)
   uint8_t* group16;            // [chunks][kMaxGroupedChannels]
   uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
   uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
