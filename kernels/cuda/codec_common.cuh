@@ -313,11 +313,12 @@ __device__ __forceinline__ T WarpSum(T v) {
 
 // A chunk's kvsum64 digests are added to kSumSlots slots, 64 bytes apart:
 // slot k % kSumSlots, k the writer's tile or checksum block (encoder) or
-// Decode block, so that the atomics of warps that end their tiles together
-// do not queue on one address. The reader adds the slots up, a warp with a
-// slot a lane (one thread's loop waits for each load in turn). Measured on an
-// H100 against one address: bf16 256 MiB encode 965-974 -> 1012-1025 GB/s,
-// decode 1282-1321 -> 1335-1344 GB/s (docs/performance.md).
+// Decode block (bf16; the other dtypes' decoder uses slot 0), so that the
+// atomics of warps that end their tiles together do not queue on one
+// address. The reader adds the slots up, a warp with a slot a lane (one
+// thread's loop waits for each load in turn). Measured on an H100 against
+// one address: bf16 256 MiB encode 965-974 -> 1012-1025 GB/s, decode
+// 1282-1321 -> 1335-1344 GB/s (docs/performance.md).
 constexpr uint32_t kSumSlots = 32, kSumStride = 8;
 constexpr uint64_t kSumBytesPerChunk = uint64_t{kSumSlots} * kSumStride * 8;
 __device__ __forceinline__ unsigned long long* SumSlot(unsigned long long* sums, int c, uint64_t k) {
