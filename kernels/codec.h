@@ -39,6 +39,12 @@ constexpr size_t kMaxTileSymbols = size_t{1} << plan::kMaxTileLog2;
 constexpr uint32_t kProbBits = plan::kProbBits;
 constexpr uint32_t kMaxTables = 16;
 
+// An order-0 frequency table as a chunk stores it (docs/codec-format.md):
+// frequencies of the 256 symbols, summing to 256 (8-bit probabilities).
+struct FrequencyTable {
+  uint16_t freq[256] = {0};
+};
+
 struct EncodeOptions {
   DType dtype = DType::kBF16;
   Layout layout;
@@ -62,7 +68,18 @@ struct EncodeOptions {
   // on_raw_plane where tiles would cover less than 8 KiB of input
   // (MaxSplitEncodedBytes counts on them never doing so).
   uint32_t tile_log2 = 0;
+  // Table reuse: when set, the exponents are coded with this table instead
+  // of one counted from the input (no counting pass; TableOf gives a coded
+  // chunk's table), and the chunk stores it as its own. A tile holding a
+  // symbol the table lacks is RAW. Implies order-0 (no channel groups); not
+  // with on_raw_plane. The CUDA encoder's EncodeReusingTablesAsync writes
+  // the same bytes.
+  const FrequencyTable* table = nullptr;
 };
+
+// The order-0 table of a coded chunk (one table, not STORED), for
+// EncodeOptions::table. Checks the chunk as Inspect does.
+absl::StatusOr<FrequencyTable> TableOf(const void* chunk, size_t chunk_bytes);
 
 // Largest chunk Encode can produce for `input_bytes` (the header + input).
 constexpr size_t MaxEncodedBytes(size_t input_bytes) { return kHeaderBytes + input_bytes; }

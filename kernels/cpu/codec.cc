@@ -887,6 +887,32 @@ Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
   return g;
 }
 
+// A caller's table (EncodeOptions::table, checked by CheckTable).
+Grouping Given(const FrequencyTable& given) {
+  Grouping g;
+  Table t;
+  for (int s = 0; s < 256; ++s) t.freq[s] = given.freq[s];
+  t.Finish();
+  g.tables.push_back(t);
+  g.side_bytes = TableBytes(t);
+  return g;
+}
+
+// A table a chunk can store: frequencies summing to kM, none for a symbol
+// wider than the dtype's exponent (E bits).
+absl::Status CheckTable(const FrequencyTable& t, uint32_t exp_bits) {
+  uint32_t sum = 0;
+  for (uint32_t s = 0; s < 256; ++s) {
+    if (t.freq[s] != 0 && s >> exp_bits != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table gives symbol %d a frequency, past the %d-bit exponents", s, exp_bits));
+    }
+    sum += t.freq[s];
+  }
+  if (sum != kM) return absl::InvalidArgumentError(absl::StrFormat("table frequencies sum to %d, not %d", sum, kM));
+  return absl::OkStatus();
+}
+
 // KV-aware mode: channels ranked by mean exponent (plan::ChannelKey), cut into
 // 16 groups whose histograms are counted once; the candidates with 2, 4 and 8
 // tables merge neighbouring groups (plan::Group16).
@@ -1014,6 +1040,10 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
     return absl::InvalidArgumentError(
         absl::StrFormat("with on_raw_plane, tiles must cover at least %d bytes of input", plan::kMinTileInputBytes));
   }
+  if (o.table != nullptr) {
+    if (o.on_raw_plane) return absl::InvalidArgumentError("a given table (table reuse) is not for split-send");
+    if (absl::Status s = CheckTable(*o.table, sp.info.exp_bits); !s.ok()) return s;
+  }
   const uint64_t n = in_bytes / sp.info.bytes;
   if (n > kMaxElements) return absl::InvalidArgumentError("chunk too large");
   if (in_bytes > 0 && (in_v == nullptr || out_v == nullptr)) return absl::InvalidArgumentError("null buffer");
@@ -1136,9 +1166,12 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
 
   // 2. Tables: order-0, or channel groups when a layout is given and it pays.
   // Large bf16 chunks without channel groups: order-0 from a sample.
-  const bool grouping = o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
-  const bool sampled = plan::Sampled(o.dtype == DType::kBF16, n, grouping);
-  Grouping best = Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
+  // A given table: no counting; its tiles' symbols checked as a sample's.
+  const bool grouping =
+      o.table == nullptr && o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
+  const bool sampled = o.table != nullptr || plan::Sampled(o.dtype == DType::kBF16, n, grouping);
+  Grouping best =
+      o.table != nullptr ? Given(*o.table) : Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
   if (grouping) {
     const ChannelStats stats({sym, n}, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
@@ -1353,6 +1386,21 @@ absl::StatusOr<ChunkInfo> Inspect(const void* in, size_t in_bytes) {
   auto p = Parse(static_cast<const uint8_t*>(in), in_bytes, /*build_tables=*/false);
   if (!p.ok()) return p.status();
   return p->info;
+}
+
+absl::StatusOr<FrequencyTable> TableOf(const void* chunk, size_t chunk_bytes) {
+  auto p = Parse(static_cast<const uint8_t*>(chunk), chunk_bytes, /*build_tables=*/false);
+  if (!p.ok()) return p.status();
+  if (p->info.stored || p->info.tables != 1) {
+    return absl::InvalidArgumentError(p->info.stored ? "a STORED chunk has no table"
+                                                     : "the chunk has channel-group tables, not one order-0 table");
+  }
+  const uint8_t* h = static_cast<const uint8_t*>(chunk) + kHeaderBytes + p->info.raw_plane_bytes;  // Parse checked it
+  FrequencyTable t;
+  const uint32_t lo = Get<uint16_t>(h), count = Get<uint16_t>(h + 2);
+  for (uint32_t k = 0; k < count; ++k) t.freq[lo + k] = Get<uint16_t>(h + 4 + 2 * k);
+  if (absl::Status s = CheckTable(t, p->split.info.exp_bits); !s.ok()) return Corrupt(std::string(s.message()));
+  return t;
 }
 
 absl::StatusOr<size_t> Decode(const void* in_v, size_t in_bytes, void* out_v, size_t out_capacity, int threads) {

@@ -527,6 +527,93 @@ TEST(Codec, LargeChunksTakeTheirTableFromASample) {
   }
 }
 
+// Table reuse (EncodeOptions::table): a chunk coded with another chunk's
+// table stores that table as its own (TableOf gives it back), decodes
+// bit-exactly, and makes RAW exactly the tiles holding a symbol the table
+// lacks. Every dtype; the SIMD and scalar encoders agree.
+TEST(Codec, ChunksCodedWithAGivenTableStoreItAndDecode) {
+  for (DType d : kAll) {
+    const uint32_t size = Info(d)->bytes;
+    const size_t n = 3 * 8192 / size * 8 + 77;  // several tiles and a partial one
+    const auto first = KvLike(d, n, 128, 3);
+    EncodeOptions o;
+    o.dtype = d;
+    const auto planned = Encoded(o, first);
+    auto table = TableOf(planned.data(), planned.size());
+    ASSERT_TRUE(table.ok()) << DTypeName(d) << ": " << table.status();
+    // Other data with the same symbols (the elements in reverse order), and
+    // in its first element one symbol the table lacks.
+    std::vector<uint8_t> second(first.size());
+    for (size_t i = 0; i < n; ++i) std::memcpy(&second[size * i], &first[size * (n - 1 - i)], size);
+    int missing = -1;
+    const uint32_t E = Info(d)->exp_bits;
+    for (uint32_t s = 0; s < (1u << E) && missing < 0; ++s) {
+      if (table->freq[s] == 0) missing = static_cast<int>(s);
+    }
+    ASSERT_GE(missing, 0) << DTypeName(d);
+    if (d == DType::kBytes) {
+      second[0] = static_cast<uint8_t>(missing);
+    } else {  // the exponent field sits just below the sign bit
+      const uint32_t bits = 8 * size, v = static_cast<uint32_t>(missing) << (bits - 1 - E);
+      for (uint32_t k = 0; k < size; ++k) second[k] = static_cast<uint8_t>(v >> (8 * k));
+    }
+    o.table = &*table;
+    SetSimdForTesting(true);
+    const auto chunk = Encoded(o, second);
+    SetSimdForTesting(false);
+    EXPECT_EQ(Encoded(o, second), chunk) << DTypeName(d);
+    SetSimdForTesting(true);
+    auto again = TableOf(chunk.data(), chunk.size());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(std::equal(std::begin(again->freq), std::end(again->freq), std::begin(table->freq))) << DTypeName(d);
+    auto info = Inspect(chunk.data(), chunk.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_FALSE(info->stored) << DTypeName(d);
+    // One more than the planned chunk (whose tiny last tile is RAW too).
+    EXPECT_EQ(info->raw_tiles, Inspect(planned.data(), planned.size())->raw_tiles + 1) << DTypeName(d);
+    EXPECT_EQ(DirectoryEntry(chunk, 0) >> 31, 1u) << DTypeName(d);
+    EXPECT_TRUE(Decoded(chunk, second.size()) == second) << DTypeName(d);
+  }
+}
+
+TEST(Codec, RejectsTablesAChunkCannotStoreAndChunksWithoutOne) {
+  const auto in = KvLike(DType::kBF16, 20000, 64, 5);
+  std::vector<uint8_t> out(MaxSplitEncodedBytes(in.size()));
+  FrequencyTable t;
+  t.freq[120] = 200;
+  t.freq[121] = 55;  // sums to 255
+  EncodeOptions o;
+  o.table = &t;
+  auto r = Encode(o, in.data(), in.size(), out.data(), out.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("sum to 255"), std::string::npos) << r.status();
+  t.freq[121] = 56;
+  EXPECT_TRUE(Encode(o, in.data(), in.size(), out.data(), out.size()).ok());
+  o.dtype = DType::kFP16;  // symbol 120 is past fp16's 5-bit exponents
+  r = Encode(o, in.data(), in.size(), out.data(), out.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("past the 5-bit"), std::string::npos) << r.status();
+  o.dtype = DType::kBF16;
+  o.on_raw_plane = [](uint64_t, uint64_t) { return true; };
+  EXPECT_EQ(Encode(o, in.data(), in.size(), out.data(), out.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // TableOf: a STORED chunk, a channel-group chunk, a truncated chunk.
+  EncodeOptions bytes;
+  bytes.dtype = DType::kBytes;
+  const auto stored = Encoded(bytes, RandomBytes(5000, 2));
+  ASSERT_EQ(Inspect(stored.data(), stored.size())->stored, true);
+  EXPECT_FALSE(TableOf(stored.data(), stored.size()).ok());
+  EncodeOptions kv;
+  kv.layout = {256, 8, 128};
+  const auto grouped = Encoded(kv, KvLike(DType::kBF16, 16 * 16 * 8 * 128, 8 * 128, 3));
+  ASSERT_GT(Inspect(grouped.data(), grouped.size())->tables, 1u);
+  EXPECT_FALSE(TableOf(grouped.data(), grouped.size()).ok());
+  const auto plain = Encoded(EncodeOptions{}, in);
+  EXPECT_TRUE(TableOf(plain.data(), plain.size()).ok());
+  EXPECT_FALSE(TableOf(plain.data(), plain.size() - 1).ok());
+  EXPECT_FALSE(TableOf(nullptr, 0).ok());
+}
+
 // The SIMD decoder (where the CPU has it) and the scalar one agree on every
 // chunk, good or corrupted.
 TEST(Codec, SimdAndScalarDecodersAgree) {
