@@ -72,6 +72,7 @@ enum DecodeStatus : int32_t {
   kBadTile = 5,     // a tile out of place, its rANS stream or raw bits inconsistent
   kChecksum = 6,    // decoded bytes do not match the header's kvsum64
   kBadInput = 7,    // encoder: bad dtype, size, capacity, layout or block list
+  kNoTable = 8,     // encoder, table reuse: the chunk's slot holds no order-0 table to reuse
 };
 absl::Status ToStatus(int32_t code);
 
@@ -120,6 +121,22 @@ class Encoder {
   // than the CPU would code it.
   cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status, cudaStream_t stream,
                           const SplitPoint* split = nullptr, bool channel_groups = true);
+
+  // Table reuse: as EncodeAsync, but chunk k of the call is coded with the
+  // order-0 table that chunk k of this encoder's last EncodeAsync chose,
+  // stored in the chunk as its own, instead of counting its symbols and
+  // choosing one. A tile holding a symbol the table lacks is RAW. The call
+  // then runs three kernels, one of them a single pass over the input (raw
+  // plane, checksum and coding together), against four or more. The bytes
+  // equal the CPU's with EncodeOptions::table set to that table
+  // (codec::TableOf of that earlier chunk). Each request must be bf16 in
+  // whole 4 KiB blocks (bytes a multiple of 4096, > 0), with out + 64 8-byte
+  // aligned and allow_stored set, else it fails with kBadInput; a chunk asking
+  // for channel groups is coded order-0. A slot whose last EncodeAsync chose
+  // channel-group tables, stored or failed the chunk, or that has had none,
+  // fails with kNoTable. Reuse calls leave the slots' tables as they are.
+  cudaError_t EncodeReusingTablesAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
+                                       cudaStream_t stream);
   uint64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:

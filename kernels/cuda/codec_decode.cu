@@ -1093,6 +1093,10 @@ absl::Status ToStatus(int32_t code) {
       return absl::InvalidArgumentError("output buffer smaller than the decoded chunk");
     case kChecksum:
       return absl::DataLossError("corrupt chunk: checksum of the decoded bytes does not match");
+    case kBadInput:
+      return absl::InvalidArgumentError("bad encode request (dtype, size, capacity, layout or block list)");
+    case kNoTable:
+      return absl::FailedPreconditionError("table reuse: no order-0 table for this chunk from an earlier call");
     default:
       return absl::DataLossError(absl::StrFormat("corrupt chunk (CUDA decoder code %d)", code));
   }

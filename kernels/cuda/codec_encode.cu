@@ -11,6 +11,10 @@
 //             not smaller
 //   Place     tiles into place (each block finds its offsets), directory,
 //             header; STORED (the input copied) when not smaller
+// Table reuse (EncodeReusingTablesAsync) runs Reuse, the fused Tiles kernel
+// and Place only:
+//   Reuse     each chunk's request checked and planned with the order-0
+//             table its slot's last planned call chose, written into the chunk
 #include <cstring>
 #include <vector>
 
@@ -71,6 +75,7 @@ struct Workspace {
   uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
   const uint64_t* keys;        // [checksum::kWordsPerBlock] checksum::Key(j)
   uint32_t* enc;               // [chunks][16][256] freq | cum << 16
+  uint32_t* table_ok;          // [chunks] 1: enc holds the order-0 table Plan last chose (table reuse)
   uint32_t* entry;             // [chunks][max_tiles] directory entries
   uint32_t* nwords;            // [chunks][max_tiles] rANS words of coded tiles
   unsigned long long* tsum;    // [chunks][kTsumSlots(max_tiles)]: [0] all tiles' sizes, [1 + g] tiles 64 g ..
@@ -827,6 +832,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   if (warp == 0) {  // read: zero again for the next call's Split, whatever becomes of this chunk
     for (int k = 0; k < 8; ++k) ws.hist[c * 256ull + 8 * lane + k] = 0;
   }
+  if (threadIdx.x == 0) ws.table_ok[c] = 0;  // set again below once an order-0 table is written
   __syncthreads();
   if (st != kOk || p.stored) return;  // uniform for the block
   __shared__ uint32_t freq[31][256];  // 0: order-0; then 2 + 4 + 8 + 16 group tables
@@ -950,6 +956,81 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
       const uint64_t at = (c * 16ull + t) * 256 + 8 * lane + k;
       ws.enc[at] = f[k] | cum << 16;
       cum += f[k];
+    }
+  }
+  // Table 0 is the whole chunk's: what a later call may reuse.
+  if (G == 1 && threadIdx.x == 0) ws.table_ok[c] = 1;
+}
+
+// Table reuse: a block a chunk. The chunk's plan as Split makes it, then as
+// a fused chunk (one pass in the fused Tiles kernel: raw plane, checksum,
+// coding) whose order-0 table is the one Plan last wrote for this chunk slot
+// (ws.enc, table_ok), treated as a sample's (a tile with a symbol it lacks is
+// RAW), as the CPU's EncodeOptions::table. The table, the directory's padding
+// and the chunk's plan are written here; Tiles and Place do the rest.
+__global__ void __launch_bounds__(256)
+    ReuseKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
+  WaitForPrevious();
+  LetNextStart();
+  const int c = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const EncodeChunk& ch = chunks[c];
+  ChunkPlan& p = SharedPlan();
+  __shared__ int32_t err;
+  __shared__ uint32_t count;
+  uint32_t f[8];
+  if (warp == 0) {  // the table, loaded beside the request
+    for (int k = 0; k < 8; ++k) f[k] = ws.enc[c * 4096ull + 8 * lane + k] & 0xffff;
+  }
+  if (threadIdx.x == 0) {
+    err = MakePlan(ch, ws, &p);
+    // The fused path's requests: bf16 in whole 4 KiB blocks, the raw plane
+    // 8-byte aligned, STORED allowed (the chunk is coded in one pass).
+    const bool fusable = ch.dtype == kBf16Dtype && ch.bytes > 0 && ch.bytes % checksum::kBlockBytes == 0 &&
+                         reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ch.allow_stored;
+    if (err == kOk && !fusable) err = kBadInput;
+    if (err == kOk && ws.table_ok[c] == 0) err = kNoTable;
+    p.grouping = 0, p.sampled = 1, p.fused = 1, p.tables = 1, p.shift = 0;
+  }
+  __syncthreads();
+  bool ok = err == kOk;
+  if (ok && p.in.blocks != nullptr) ok = BlockPointersOk(ch.in);  // uniform for the block
+  if (warp == 0 && ok) {
+    int l = 256, h = -1;
+    for (int k = 0; k < 8; ++k) {
+      if (f[k] != 0) l = min(l, 8 * lane + k), h = 8 * lane + k;
+    }
+    l = __reduce_min_sync(0xffffffffu, l);
+    h = __reduce_max_sync(0xffffffffu, h);
+    if (lane == 0) count = h - l + 1;  // Plan wrote a table of kM: h >= l
+    uint8_t* const tp = ch.out + kHeader + p.raw_plane;
+    if (lane == 0) {
+      St16(tp, l);
+      St16(tp + 2, h - l + 1);
+    }
+    for (int k = 0; k < 8; ++k) {
+      const int s = 8 * lane + k;
+      if (s >= l && s <= h) St16(tp + 4 + 2 * (s - l), f[k]);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (ok) {
+      p.tables_bytes = 4 + 2ull * count;
+      p.dir_off = kHeader + p.raw_plane + p.tables_bytes;
+      const uint64_t dir_end = p.dir_off + 4ull * p.tiles;
+      p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
+      for (uint64_t b = dir_end; b < p.tiles_off; ++b) ch.out[b] = 0;
+      // Whole 4 KiB blocks leave the side sections room, so the chunk is
+      // never STORED before Tiles (which alone sums its checksum).
+    }
+    status[c] = ok ? kOk : err != kOk ? err : kBadInput;
+    sizes[c] = 0;
+    ws.plan[c] = p;
+  }
+  if (ok) {
+    for (uint32_t k = threadIdx.x; k < TsumSlots(p.tiles); k += blockDim.x) {
+      ws.tsum[c * 1ull * TsumSlots(ws.max_tiles) + k] = 0;
     }
   }
 }
@@ -1499,6 +1580,49 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   sizes[c] = kHeader + payload;
 }
 
+// The workspace's regions (sized by Create).
+Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles_, uint64_t max_chunk_bytes_) {
+  const uint64_t n = static_cast<uint64_t>(max_chunks);
+  uint8_t* p = static_cast<uint8_t*>(workspace);
+  auto take = [&p](uint64_t b) {
+    uint8_t* r = p;
+    p += (b + 63) & ~uint64_t{63};
+    return r;
+  };
+  Workspace ws;
+  ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));                     // filled by Create
+  ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
+  ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
+  ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
+  ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
+  ws.hist16 = reinterpret_cast<unsigned long long*>(take(n * 4096 * 8));
+  ws.sum = reinterpret_cast<unsigned long long*>(take(n * kSumBytesPerChunk));
+  ws.group16 = take(n * kMaxGroupedChannels);
+  ws.map = take(n * kMaxGroupedChannels);
+  ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
+  ws.table_ok = reinterpret_cast<uint32_t*>(take(n * 4));
+  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
+  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
+  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
+  ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
+  ws.carry = take(n * max_tiles_ * plan::kCarryBytes);
+  ws.estimate = nullptr;
+  ws.max_bytes = max_chunk_bytes_;
+  ws.max_tiles = max_tiles_;
+  ws.groups = 0;
+  return ws;
+}
+
+// A call cut short leaves the sums that Rank, Plan and Place would have
+// zeroed: zero them, so that the next call starts clean.
+cudaError_t Fail(const Workspace& ws, int max_chunks, cudaError_t r, cudaStream_t stream) {
+  const uint64_t n = static_cast<uint64_t>(max_chunks);
+  cudaMemsetAsync(ws.hist, 0, n * 256 * 8, stream);
+  cudaMemsetAsync(ws.chsum, 0, n * kMaxGroupedChannels * 8, stream);
+  cudaMemsetAsync(ws.sum, 0, n * kSumBytesPerChunk, stream);
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_t max_chunk_bytes) {
@@ -1512,7 +1636,7 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   // 64 * 24: the regions' alignment (EncodeAsync's take).
   const uint64_t bytes = 64 * 24 + (kM + 1) * 4 + checksum::kWordsPerBlock * 8 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + kSumBytesPerChunk +
-                              2 * kMaxGroupedChannels + 4096 * 4) +
+                              2 * kMaxGroupedChannels + 4096 * 4 + 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
                          n * TsumSlots(e->max_tiles_) * 8ull;
   if (cudaFuncSetAttribute(SplitKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1563,32 +1687,8 @@ Encoder::~Encoder() {
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
                                  cudaStream_t stream, const SplitPoint* split, bool channel_groups) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
-  const uint64_t n = static_cast<uint64_t>(max_chunks_);
-  uint8_t* p = static_cast<uint8_t*>(workspace_);
-  auto take = [&p](uint64_t b) {
-    uint8_t* r = p;
-    p += (b + 63) & ~uint64_t{63};
-    return r;
-  };
-  Workspace ws;
-  ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));  // filled by Create
-  ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
-  ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
-  ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
-  ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
-  ws.hist16 = reinterpret_cast<unsigned long long*>(take(n * 4096 * 8));
-  ws.sum = reinterpret_cast<unsigned long long*>(take(n * kSumBytesPerChunk));
-  ws.group16 = take(n * kMaxGroupedChannels);
-  ws.map = take(n * kMaxGroupedChannels);
-  ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
-  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
-  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
-  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
-  ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
-  ws.carry = take(n * max_tiles_ * plan::kCarryBytes);
+  Workspace ws = Carve(workspace_, max_chunks_, max_tiles_, max_chunk_bytes_);
   ws.estimate = split != nullptr ? split->estimates : nullptr;
-  ws.max_bytes = max_chunk_bytes_;
-  ws.max_tiles = max_tiles_;
   ws.groups = channel_groups ? 1 : 0;
   const uint64_t split_2 =
       (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
@@ -1607,14 +1707,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
   };
-  // A call cut short leaves the sums that Rank, Plan and Place would have
-  // zeroed: zero them here, so that the next call starts clean.
-  auto fail = [&](cudaError_t r) {
-    cudaMemsetAsync(ws.hist, 0, n * 256 * 8, stream);
-    cudaMemsetAsync(ws.chsum, 0, n * kMaxGroupedChannels * 8, stream);
-    cudaMemsetAsync(ws.sum, 0, n * kSumBytesPerChunk, stream);
-    return r;
-  };
+  auto fail = [&](cudaError_t r) { return Fail(ws, max_chunks_, r, stream); };
   launch(Launch(fusable ? SplitKernel<true> : SplitKernel<false>, dim3(split_blocks, count), kSplitWarps * 32,
                 kSplitShared, stream, chunks, status, sizes, ws, split_per_warp, split_subs_log2));
   if (channel_groups) {
@@ -1635,6 +1728,24 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   }
   launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, stream, chunks, status, sizes, ws));
   if (e != cudaSuccess) return fail(e);
+  return cudaGetLastError();
+}
+
+cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
+                                              cudaStream_t stream) {
+  if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
+  Workspace ws = Carve(workspace_, max_chunks_, max_tiles_, max_chunk_bytes_);
+  ws.groups = 1;  // a chunk asking for channel groups is coded order-0 here, as the CPU does with a table
+  const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
+  const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
+  cudaError_t e = cudaSuccess;
+  auto launch = [&e](cudaError_t r) {
+    if (e == cudaSuccess) e = r;
+  };
+  launch(Launch(ReuseKernel, count, 256, 0, stream, chunks, status, sizes, ws));
+  launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
+  launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, stream, chunks, status, sizes, ws));
+  if (e != cudaSuccess) return Fail(ws, max_chunks_, e, stream);
   return cudaGetLastError();
 }
 

@@ -8,6 +8,12 @@
 //
 //   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M] [--queued]
 //
+// Modes: order-0, kv-aware, and reuse (bf16): each chunk coded with the
+// order-0 table the encoder chose for other data in an earlier call
+// (EncodeReusingTablesAsync; the CPU reference gets the same table). The
+// other data is the same real KV from a third of the way into its period, so
+// each chunk's table comes from other prompts' KV.
+//
 // Each call is timed from an idle stream, so the host's launches are part of
 // its time. --queued holds the stream until the call is all launched: GPU time
 // only (at 4 MiB about 4 us less).
@@ -23,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,9 +109,10 @@ int Run(int argc, char** argv) {
     } else if (a == "--quick") {
       quick = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
-                   "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware] [--queued]\n");
+      std::fprintf(
+          stderr,
+          "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
+          "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware|reuse] [--queued]\n");
       return 2;
     }
   }
@@ -163,8 +171,10 @@ int Run(int argc, char** argv) {
     for (const Shape& sh : shapes) {
       if (src.dtype != DType::kBF16 && sh.chunk_bytes < (4u << 20)) continue;  // small sizes: bf16 only
       if (!only_call.empty() && only_call != sh.name) continue;
-      for (bool kv : {false, true}) {
-        if (!only_mode.empty() && only_mode != (kv ? "kv-aware" : "order-0")) continue;
+      for (const char* mode : {"order-0", "kv-aware", "reuse"}) {
+        if (!only_mode.empty() && only_mode != mode) continue;
+        const bool kv = std::strcmp(mode, "kv-aware") == 0, reuse = std::strcmp(mode, "reuse") == 0;
+        if (reuse && src.dtype != DType::kBF16) continue;
         const size_t call_bytes = sh.chunk_bytes * sh.chunks;
         const int sets = static_cast<int>(std::max<size_t>(2, ((256u << 20) + call_bytes - 1) / call_bytes));
         // Chunk k of a call takes period offset k * chunk_bytes, so chunks differ.
@@ -173,12 +183,32 @@ int Run(int argc, char** argv) {
         o.dtype = src.dtype;
         if (kv) o.layout = src.layout;
         o.channel_groups = kv;
+        // Reuse: the data an earlier call planned its tables for, and those
+        // tables (as the CPU plans them; the GPU's are checked to be the same).
+        std::vector<uint8_t> plan_host;
+        std::vector<FrequencyTable> tables(sh.chunks);
+        if (reuse) {
+          std::vector<uint8_t> period = src.data;
+          std::rotate(period.begin(), period.begin() + period.size() / 3 / 4096 * 4096, period.end());
+          plan_host = Fill(period, call_bytes);
+          for (int k = 0; k < sh.chunks; ++k) {
+            std::vector<uint8_t> chunk(MaxEncodedBytes(sh.chunk_bytes));
+            auto n = Encode(o, plan_host.data() + k * sh.chunk_bytes, sh.chunk_bytes, chunk.data(), chunk.size());
+            auto t = n.ok() ? TableOf(chunk.data(), *n) : absl::StatusOr<FrequencyTable>(n.status());
+            if (!t.ok()) {
+              std::fprintf(stderr, "cpu plan for reuse: %s\n", t.status().ToString().c_str());
+              return 1;
+            }
+            tables[k] = *t;
+          }
+        }
         // CPU reference for every chunk of the call.
         std::vector<std::vector<uint8_t>> cpu(sh.chunks);
         double bound = 0;
         size_t cpu_total = 0;
         for (int k = 0; k < sh.chunks; ++k) {
           const uint8_t* in = host.data() + k * sh.chunk_bytes;
+          o.table = reuse ? &tables[k] : nullptr;
           cpu[k].resize(MaxEncodedBytes(sh.chunk_bytes));
           auto n = Encode(o, in, sh.chunk_bytes, cpu[k].data(), cpu[k].size());
           if (!n.ok()) {
@@ -254,8 +284,13 @@ int Run(int argc, char** argv) {
           return Median(ms);
         };
         auto encode = [&](int s) {
-          CHECK_CUDA((*enc)->EncodeAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
-                                         dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv));
+          if (reuse) {
+            CHECK_CUDA((*enc)->EncodeReusingTablesAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
+                                                        dstatus + s * sh.chunks, stream));
+          } else {
+            CHECK_CUDA((*enc)->EncodeAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
+                                           dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv));
+          }
         };
         auto decode = [&](int s) {
           CHECK_CUDA((*dec)->DecodeAsync(ddc_args + s * sh.chunks, sh.chunks, dstatus + s * sh.chunks, stream));
@@ -264,12 +299,30 @@ int Run(int argc, char** argv) {
           CHECK_CUDA(cudaMemcpyAsync(dout + s * call_bytes, din + s * call_bytes, call_bytes,
                                      cudaMemcpyDeviceToDevice, stream));
         };
+        std::string check = "ok";
+        if (reuse) {  // the planned call: set 0's inputs hold the other data for it
+          CHECK_CUDA(cudaMemcpy(din, plan_host.data(), call_bytes, cudaMemcpyHostToDevice));
+          CHECK_CUDA((*enc)->EncodeAsync(dec_args, sh.chunks, dsizes, dstatus, stream, nullptr, false));
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          std::vector<int32_t> pst(sh.chunks);
+          std::vector<uint64_t> psz(sh.chunks);
+          CHECK_CUDA(cudaMemcpy(pst.data(), dstatus, 4 * sh.chunks, cudaMemcpyDeviceToHost));
+          CHECK_CUDA(cudaMemcpy(psz.data(), dsizes, 8 * sh.chunks, cudaMemcpyDeviceToHost));
+          for (int k = 0; k < sh.chunks && check == "ok"; ++k) {
+            std::vector<uint8_t> g(pst[k] == 0 ? psz[k] : 0);
+            CHECK_CUDA(cudaMemcpy(g.data(), dchunk + k * cap, g.size(), cudaMemcpyDeviceToHost));
+            auto t = TableOf(g.data(), g.size());
+            if (!t.ok() || !std::equal(std::begin(t->freq), std::end(t->freq), std::begin(tables[k].freq))) {
+              check = "PLANNED TABLE != CPU TABLE";
+            }
+          }
+          CHECK_CUDA(cudaMemcpy(din, host.data(), call_bytes, cudaMemcpyHostToDevice));
+        }
         // Encode every set once, check against the CPU, then time; set 0's
         // chunks are checked again after the timed calls (state carried from
         // one call on the encoder to the next would show there).
         for (int s = 0; s < sets; ++s) encode(s);
         CHECK_CUDA(cudaStreamSynchronize(stream));
-        std::string check = "ok";
         std::vector<int32_t> st(sh.chunks * sets);
         std::vector<uint64_t> sizes(sh.chunks * sets);
         auto check_set0 = [&](const char* what) {
@@ -310,9 +363,9 @@ int Run(int argc, char** argv) {
         if (check != "ok") ++failures;
         const double gb = static_cast<double>(call_bytes) / 1e6;
         std::printf("%-20s %-9s %-8s %7.4f %+8.2f%% %10.1f %10.1f %10.1f %10.1f %9.1f %s\n", src.name.c_str(), sh.name,
-                    kv ? "kv-aware" : "order-0", static_cast<double>(call_bytes) / cpu_total,
-                    100.0 * (static_cast<double>(cpu_total) - bound) / bound, gb / enc_ms, gb / dec_ms,
-                    enc_ms * 1000, dec_ms * 1000, gb / copy_ms, check.c_str());
+                    mode, static_cast<double>(call_bytes) / cpu_total,
+                    100.0 * (static_cast<double>(cpu_total) - bound) / bound, gb / enc_ms, gb / dec_ms, enc_ms * 1000,
+                    dec_ms * 1000, gb / copy_ms, check.c_str());
         std::fflush(stdout);
         cudaFree(din);
         cudaFree(dchunk);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -424,10 +425,11 @@ struct EncodeCase {
 // `estimates`: split-send, no STORED fallback, and the encoder's estimates.
 // calls > 1: the same call again on the same encoder (outputs cleared in
 // between); the last call's results. On `enc` when given (so that calls can
-// follow each other on it), else on an encoder made for the cases.
+// follow each other on it), else on an encoder made for the cases. reuse:
+// EncodeReusingTablesAsync instead of EncodeAsync.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
                  std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
-                 bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr) {
+                 bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr, bool reuse = false) {
   std::unique_ptr<cuda::Encoder> made;
   if (enc == nullptr) {
     uint64_t max_in = 1;
@@ -474,8 +476,12 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
   }
   for (int call = 0; call < calls; ++call) {
     for (size_t k = 0; k < host.size(); ++k) CUDA_OK(cudaMemset(host[k].out, 0xee, host[k].out_capacity));
-    CUDA_OK(enc->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                             estimates ? &split : nullptr, channel_groups));
+    if (reuse) {
+      CUDA_OK(enc->EncodeReusingTablesAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr));
+    } else {
+      CUDA_OK(enc->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
+                               estimates ? &split : nullptr, channel_groups));
+    }
   }
   if (estimates) {
     CUDA_OK(cudaEventSynchronize(split.planned));  // recorded: the planning is done
@@ -622,6 +628,110 @@ TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
       cases[1].options.channel_groups = true;
     }
   }
+}
+
+// Table reuse: chunk k of a reuse call is coded with the order-0 table that
+// chunk k of the encoder's last planned call chose, and equals the CPU's
+// chunk with that table (TableOf the planned chunk). Cases: 4096-, 8192- and
+// 16384-symbol tiles, a partial last tile, one tile, an odd output address
+// (8-byte aligned plane), other data with the same symbols and one the table
+// lacks (a RAW tile, or a STORED chunk), and data of another scale. Two reuse
+// calls in a row, then a planned call again; every chunk decodes bit-exactly.
+TEST_F(CudaCodec, ReusedTablesGiveTheCpuBytesAndDecode) {
+  const size_t sizes[] = {size_t{1} << 20, (size_t{1} << 21) + 6144, 75 * 2048, 2048};
+  std::vector<EncodeCase> planned, reused;
+  for (size_t k = 0; k < std::size(sizes); ++k) {
+    EncodeCase a;
+    a.input = KvLike(DType::kBF16, sizes[k], 192, 30 + static_cast<uint32_t>(k));
+    a.out_skew = k == 1 ? 8 : 0;
+    EncodeCase b = a;  // the elements in reverse order, and exponent 254 at element 5
+    const size_t n = sizes[k];
+    for (size_t i = 0; i < n; ++i) std::memcpy(&b.input[2 * i], &a.input[2 * (n - 1 - i)], 2);
+    const uint16_t rare = 0x7f00;
+    std::memcpy(&b.input[2 * 5], &rare, 2);
+    planned.push_back(a);
+    reused.push_back(b);
+  }
+  EncodeCase other = planned[0];  // another scale: many symbols the table lacks
+  other.input = testing::KvLike(DType::kBF16, sizes[0], 192, 77, 2.5f);
+  std::memcpy(&other.input[2 * 5], &reused[0].input[2 * 5], 2);
+  planned.push_back(planned[0]);
+  reused.push_back(other);
+  auto enc = cuda::Encoder::Create(static_cast<int>(planned.size()), reused[1].input.size());
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> first, gpu;
+  EncodeOnGpu(planned, &status, &first, nullptr, true, 1, enc->get());
+  for (size_t k = 0; k < planned.size(); ++k) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    ASSERT_TRUE(first[k] == EncodeCpu(planned[k].options, planned[k].input)) << "planned case " << k;
+  }
+  for (int round = 0; round < 2; ++round) {
+    EncodeOnGpu(reused, &status, &gpu, nullptr, true, round + 1, enc->get(), /*reuse=*/true);
+    Batch b;
+    for (size_t k = 0; k < reused.size(); ++k) {
+      ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+      auto table = TableOf(first[k].data(), first[k].size());
+      ASSERT_TRUE(table.ok()) << table.status();
+      EncodeOptions o;
+      o.table = &*table;
+      const auto cpu = EncodeCpu(o, reused[k].input);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", round " << round << ": " << FirstDifference(gpu[k], cpu);
+      auto info = Inspect(gpu[k].data(), gpu[k].size());
+      ASSERT_TRUE(info.ok()) << info.status();
+      // The tile of exponent 254 is RAW, unless that made the chunk STORED
+      // (one tile of 2048 elements).
+      EXPECT_TRUE(info->stored || info->raw_tiles >= 1) << "case " << k;
+      b.inputs.push_back(reused[k].input);
+      b.chunks.push_back(gpu[k]);
+    }
+    ExpectDecodesBitExact(b);
+  }
+  // A planned call after reuse calls still plans its own tables.
+  EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get());
+  for (size_t k = 0; k < reused.size(); ++k) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(gpu[k] == EncodeCpu(reused[k].options, reused[k].input)) << "case " << k;
+  }
+}
+
+// Table reuse refuses, chunk by chunk, what it cannot code as the CPU would:
+// a slot without a table (a new encoder; a slot whose planned chunk took
+// channel-group tables or failed) fails with kNoTable, a request off the
+// one-pass path (fp16, bytes not a multiple of 4096, an unaligned plane)
+// with kBadInput; the other chunks of the call are coded.
+TEST_F(CudaCodec, TableReuseRefusesSlotsWithoutATableAndOtherRequests) {
+  std::vector<EncodeCase> planned(6);
+  for (auto& cs : planned) cs.input = KvLike(DType::kBF16, 1 << 16, 192, 41);
+  planned[1].options.layout = {0, 3, 64};  // KV-aware: channel groups (checked below)
+  planned[1].input = testing::KvLike(DType::kBF16, 1 << 16, 192, 42, 3.0f);
+  planned[5].input.resize(planned[5].input.size() + 1);  // not whole elements: fails
+  auto enc = cuda::Encoder::Create(static_cast<int>(planned.size()), planned[5].input.size());
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<EncodeCase> reused(planned.size());
+  for (auto& cs : reused) cs.input = planned[0].input;
+  reused[2].options.dtype = DType::kFP16;
+  reused[3].input.resize(reused[3].input.size() - 2048 * 2 + 2);  // bytes not a multiple of 4096
+  reused[4].out_skew = 4;                                         // out + 64 not 8-byte aligned
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> first, gpu;
+  EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get(), /*reuse=*/true);  // nothing planned yet
+  for (size_t k = 0; k < reused.size(); ++k) {
+    EXPECT_EQ(status[k], k == 0 || k == 1 || k == 5 ? cuda::kNoTable : cuda::kBadInput) << "case " << k;
+  }
+  EncodeOnGpu(planned, &status, &first, nullptr, true, 1, enc->get());
+  for (size_t k = 0; k < 5; ++k) ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+  ASSERT_EQ(status[5], cuda::kBadInput);
+  ASSERT_GT(Inspect(first[1].data(), first[1].size())->tables, 1u) << "case 1 should take channel groups";
+  EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get(), /*reuse=*/true);
+  const int32_t want[] = {cuda::kOk, cuda::kNoTable, cuda::kBadInput, cuda::kBadInput, cuda::kBadInput, cuda::kNoTable};
+  for (size_t k = 0; k < reused.size(); ++k) EXPECT_EQ(status[k], want[k]) << "case " << k;
+  auto table = TableOf(first[0].data(), first[0].size());
+  ASSERT_TRUE(table.ok()) << table.status();
+  EncodeOptions o;
+  o.table = &*table;
+  EXPECT_TRUE(gpu[0] == EncodeCpu(o, reused[0].input)) << FirstDifference(gpu[0], EncodeCpu(o, reused[0].input));
+  EXPECT_FALSE(cuda::ToStatus(cuda::kNoTable).ok());
 }
 
 // KV-aware chunks rank their channels by the sums Split adds up; those sums
