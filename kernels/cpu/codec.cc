@@ -880,6 +880,12 @@ Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
   }
   uint64_t hist[256];
   for (int s = 0; s < 256; ++s) hist[s] = part[0][s] + part[1][s] + part[2][s] + part[3][s];
+  if (block != 0) {  // a sample's holes (plan::SampleHole) count 1
+    bool hole[256] = {};
+    uint32_t holes = 0;
+    for (int s = 1; s < 255; ++s) holes += hole[s] = plan::SampleHole(hist[s - 1], hist[s], hist[s + 1]);
+    for (int s = 1; s < 255 && holes <= plan::kMaxSampleHoles; ++s) hist[s] += hole[s];
+  }
   Grouping g;
   g.tables.push_back(Normalize(hist));
   g.side_bytes = TableBytes(g.tables[0]);

@@ -840,6 +840,20 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   __shared__ uint32_t chosen_first, chosen_count, chosen_shift, stored;
   __shared__ uint64_t chosen_cost;
   const uint32_t C = static_cast<uint32_t>(p.channels);
+  if (warp == 0 && p.sampled) {  // a sample's holes (plan::SampleHole) count 1
+    // A lane's neighbours: the symbol below its first and above its last.
+    const uint64_t below = __shfl_up_sync(0xffffffffu, h0[7], 1), above = __shfl_down_sync(0xffffffffu, h0[0], 1);
+    bool hole[8];
+    uint32_t holes = 0;
+    for (int k = 0; k < 8; ++k) {
+      const uint64_t b = k > 0 ? h0[k - 1] : lane > 0 ? below : 0, a = k < 7 ? h0[k + 1] : lane < 31 ? above : 0;
+      hole[k] = plan::SampleHole(b, h0[k], a);
+      holes += hole[k];
+    }
+    if (__reduce_add_sync(0xffffffffu, holes) <= plan::kMaxSampleHoles) {
+      for (int k = 0; k < 8; ++k) h0[k] += hole[k];
+    }
+  }
   if (warp == 0) {  // the order-0 table
     uint32_t f[8];
     const uint64_t q = WarpNormalize(h0, f, p.grouping || ws.estimate != nullptr ? ws.log2q16 : nullptr);

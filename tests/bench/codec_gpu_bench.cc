@@ -12,7 +12,10 @@
 // order-0 table the encoder chose for other data in an earlier call
 // (EncodeReusingTablesAsync; the CPU reference gets the same table). The
 // other data is the same real KV from a third of the way into its period, so
-// each chunk's table comes from other prompts' KV.
+// each chunk's table comes from other prompts' KV. reuse-own: the table
+// counted over the chunk's own data (its first 2^24 - 2048 elements at most,
+// so that the planned call counts every element, not a sample): the speed of
+// reuse without tiles that a table misses (RAW).
 //
 // Each call is timed from an idle stream, so the host's launches are part of
 // its time. --queued holds the stream until the call is all launched: GPU time
@@ -112,7 +115,8 @@ int Run(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
-          "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware|reuse] [--queued]\n");
+          "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware|reuse|reuse-own] "
+          "[--queued]\n");
       return 2;
     }
   }
@@ -171,9 +175,11 @@ int Run(int argc, char** argv) {
     for (const Shape& sh : shapes) {
       if (src.dtype != DType::kBF16 && sh.chunk_bytes < (4u << 20)) continue;  // small sizes: bf16 only
       if (!only_call.empty() && only_call != sh.name) continue;
-      for (const char* mode : {"order-0", "kv-aware", "reuse"}) {
+      for (const char* mode : {"order-0", "kv-aware", "reuse", "reuse-own"}) {
         if (!only_mode.empty() && only_mode != mode) continue;
-        const bool kv = std::strcmp(mode, "kv-aware") == 0, reuse = std::strcmp(mode, "reuse") == 0;
+        if (only_mode.empty() && std::strcmp(mode, "reuse-own") == 0) continue;  // on request only
+        const bool kv = std::strcmp(mode, "kv-aware") == 0, own = std::strcmp(mode, "reuse-own") == 0;
+        const bool reuse = own || std::strcmp(mode, "reuse") == 0;
         if (reuse && src.dtype != DType::kBF16) continue;
         const size_t call_bytes = sh.chunk_bytes * sh.chunks;
         const int sets = static_cast<int>(std::max<size_t>(2, ((256u << 20) + call_bytes - 1) / call_bytes));
@@ -187,13 +193,15 @@ int Run(int argc, char** argv) {
         // tables (as the CPU plans them; the GPU's are checked to be the same).
         std::vector<uint8_t> plan_host;
         std::vector<FrequencyTable> tables(sh.chunks);
+        const size_t plan_bytes =
+            own ? std::min(sh.chunk_bytes, 2 * (plan::kSampleMinElements - 2048)) : sh.chunk_bytes;
         if (reuse) {
           std::vector<uint8_t> period = src.data;
-          std::rotate(period.begin(), period.begin() + period.size() / 3 / 4096 * 4096, period.end());
+          if (!own) std::rotate(period.begin(), period.begin() + period.size() / 3 / 4096 * 4096, period.end());
           plan_host = Fill(period, call_bytes);
           for (int k = 0; k < sh.chunks; ++k) {
-            std::vector<uint8_t> chunk(MaxEncodedBytes(sh.chunk_bytes));
-            auto n = Encode(o, plan_host.data() + k * sh.chunk_bytes, sh.chunk_bytes, chunk.data(), chunk.size());
+            std::vector<uint8_t> chunk(MaxEncodedBytes(plan_bytes));
+            auto n = Encode(o, plan_host.data() + k * sh.chunk_bytes, plan_bytes, chunk.data(), chunk.size());
             auto t = n.ok() ? TableOf(chunk.data(), *n) : absl::StatusOr<FrequencyTable>(n.status());
             if (!t.ok()) {
               std::fprintf(stderr, "cpu plan for reuse: %s\n", t.status().ToString().c_str());
@@ -302,7 +310,12 @@ int Run(int argc, char** argv) {
         std::string check = "ok";
         if (reuse) {  // the planned call: set 0's inputs hold the other data for it
           CHECK_CUDA(cudaMemcpy(din, plan_host.data(), call_bytes, cudaMemcpyHostToDevice));
-          CHECK_CUDA((*enc)->EncodeAsync(dec_args, sh.chunks, dsizes, dstatus, stream, nullptr, false));
+          std::vector<cuda::EncodeChunk> pec(ec.begin(), ec.begin() + sh.chunks);
+          for (auto& e : pec) e.bytes = plan_bytes;
+          cuda::EncodeChunk* plan_args = nullptr;
+          CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&plan_args), sizeof(pec[0]) * pec.size()));
+          CHECK_CUDA(cudaMemcpy(plan_args, pec.data(), sizeof(pec[0]) * pec.size(), cudaMemcpyHostToDevice));
+          CHECK_CUDA((*enc)->EncodeAsync(plan_args, sh.chunks, dsizes, dstatus, stream, nullptr, false));
           CHECK_CUDA(cudaStreamSynchronize(stream));
           std::vector<int32_t> pst(sh.chunks);
           std::vector<uint64_t> psz(sh.chunks);
@@ -317,6 +330,7 @@ int Run(int argc, char** argv) {
             }
           }
           CHECK_CUDA(cudaMemcpy(din, host.data(), call_bytes, cudaMemcpyHostToDevice));
+          cudaFree(plan_args);
         }
         // Encode every set once, check against the CPU, then time; set 0's
         // chunks are checked again after the timed calls (state carried from
@@ -362,10 +376,16 @@ int Run(int argc, char** argv) {
         }
         if (check != "ok") ++failures;
         const double gb = static_cast<double>(call_bytes) / 1e6;
-        std::printf("%-20s %-9s %-8s %7.4f %+8.2f%% %10.1f %10.1f %10.1f %10.1f %9.1f %s\n", src.name.c_str(), sh.name,
-                    mode, static_cast<double>(call_bytes) / cpu_total,
+        uint64_t raw_tiles = 0, tiles = 0;  // of the call's chunks (the CPU's, which the GPU's equal)
+        for (const auto& c : cpu) {
+          auto info = Inspect(c.data(), c.size());
+          if (info.ok()) raw_tiles += info->raw_tiles, tiles += info->tiles;
+        }
+        std::printf("%-20s %-9s %-8s %7.4f %+8.2f%% %10.1f %10.1f %10.1f %10.1f %9.1f %s (RAW tiles %llu of %llu)\n",
+                    src.name.c_str(), sh.name, mode, static_cast<double>(call_bytes) / cpu_total,
                     100.0 * (static_cast<double>(cpu_total) - bound) / bound, gb / enc_ms, gb / dec_ms, enc_ms * 1000,
-                    dec_ms * 1000, gb / copy_ms, check.c_str());
+                    dec_ms * 1000, gb / copy_ms, check.c_str(), static_cast<unsigned long long>(raw_tiles),
+                    static_cast<unsigned long long>(tiles));
         std::fflush(stdout);
         cudaFree(din);
         cudaFree(dchunk);

@@ -630,6 +630,29 @@ TEST_F(CudaCodec, RepeatedCallsOnOneEncoderKeepGivingTheCpuBytes) {
   }
 }
 
+// Sampled tables fill a few holes (plan::SampleHole) as the CPU's do, in
+// the one-pass kernel's chunks and in chunks whose plane Split writes (an odd
+// output address): one hole filled (its tile coded), five left (RAW).
+TEST_F(CudaCodec, SampledTablesFillHolesAsTheCpuDoes) {
+  std::vector<EncodeCase> cases;
+  for (const std::vector<uint32_t>& exps : {std::vector<uint32_t>{120, 122}, {120, 122, 124, 126, 128, 130}}) {
+    EncodeCase c;
+    c.input = testing::ExponentProbe(plan::kSampleMinElements, exps, 121);
+    cases.push_back(c);
+    c.out_skew = 3;
+    cases.push_back(c);
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(cases, &status, &gpu);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ": " << FirstDifference(gpu[k], cpu);
+    EXPECT_EQ(Inspect(gpu[k].data(), gpu[k].size())->raw_tiles, k < 2 ? 0u : 1u) << "case " << k;
+  }
+}
+
 // Table reuse: chunk k of a reuse call is coded with the order-0 table that
 // chunk k of the encoder's last planned call chose, and equals the CPU's
 // chunk with that table (TableOf the planned chunk). Cases: 4096-, 8192- and

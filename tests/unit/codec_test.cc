@@ -527,6 +527,36 @@ TEST(Codec, LargeChunksTakeTheirTableFromASample) {
   }
 }
 
+// A sampled table gives a symbol the sample lacks but whose neighbours it has
+// (a hole) frequency 1 when there are at most plan::kMaxSampleHoles holes: a
+// tile holding such a symbol is coded, not RAW. With more holes, none is
+// filled. Symbols outside the sample's range stay RAW (the test above).
+TEST(Codec, SampledTablesFillAFewHoles) {
+  const size_t n = plan::kSampleMinElements;
+  struct Case {
+    std::vector<uint32_t> exps;
+    uint32_t want_freq, want_raw_tiles;
+  };
+  const Case cases[] = {{{120, 122}, 1, 0},                       // one hole: 121
+                        {{120, 122, 124, 126, 128}, 1, 0},        // four holes
+                        {{120, 122, 124, 126, 128, 130}, 0, 1}};  // five: none filled
+  for (const Case& c : cases) {
+    const auto in = testing::ExponentProbe(n, c.exps, 121);
+    const auto chunk = Encoded(EncodeOptions{}, in);
+    auto table = TableOf(chunk.data(), chunk.size());
+    ASSERT_TRUE(table.ok()) << table.status();
+    EXPECT_EQ(table->freq[121], c.want_freq) << c.exps.size() << " exponents";
+    EXPECT_EQ(table->freq[119] + table->freq[c.exps.back() + 1], 0u) << "outside the range: no frequency";
+    EXPECT_EQ(Inspect(chunk.data(), chunk.size())->raw_tiles, c.want_raw_tiles) << c.exps.size() << " exponents";
+    EXPECT_TRUE(Decoded(chunk, in.size()) == in);
+  }
+  // Below the sample threshold every symbol is counted: no holes to fill.
+  const auto small = testing::ExponentProbe(n - 2048, {120, 122}, 121);
+  const auto chunk = Encoded(EncodeOptions{}, small);
+  EXPECT_EQ(TableOf(chunk.data(), chunk.size())->freq[121], 1u);
+  EXPECT_EQ(Inspect(chunk.data(), chunk.size())->raw_tiles, 0u);
+}
+
 // Table reuse (EncodeOptions::table): a chunk coded with another chunk's
 // table stores that table as its own (TableOf gives it back), decodes
 // bit-exactly, and makes RAW exactly the tiles holding a symbol the table

@@ -37,4 +37,17 @@ inline std::vector<uint8_t> KvLike(codec::DType dtype, size_t elements, uint32_t
   return out;
 }
 
+// bf16 elements whose exponents cycle through `exps` (so that a sample of
+// the codec's sampled tables sees them all), with exponent `rare` at element
+// 2048 + 5 only (4 KiB block 1, outside the sample); signs and mantissas vary.
+inline std::vector<uint8_t> ExponentProbe(size_t elements, const std::vector<uint32_t>& exps, uint32_t rare) {
+  std::vector<uint8_t> v(2 * elements);
+  for (size_t i = 0; i < elements; ++i) {
+    const uint32_t e = i == 2048 + 5 ? rare : exps[i % exps.size()];
+    const uint16_t x = static_cast<uint16_t>((i & 1) << 15 | e << 7 | (i * 13 & 0x7f));
+    std::memcpy(&v[2 * i], &x, 2);
+  }
+  return v;
+}
+
 }  // namespace kvferry::testing
