@@ -118,9 +118,15 @@ class Encoder {
   // KV-aware mode (channel_groups set, with a layout it could use): the call
   // then skips the two kernels that rank and group channels, and a chunk
   // that does ask fails with kBadInput rather than being coded otherwise
-  // than the CPU would code it.
+  // than the CPU would code it. one_pass_only = true (with channel_groups
+  // false and no split point, for an encoder sized for one-pass chunks, else
+  // cudaErrorInvalidValue) promises that every chunk takes the one-pass path:
+  // bf16 without channel groups, at least plan::kSampleMinElements elements,
+  // bytes a multiple of 4096, out + 64 8-byte aligned. The call then skips
+  // the Tiles kernel of the other chunks (about 3 us at 64 MiB on an H100);
+  // a chunk that does not fails with kBadInput.
   cudaError_t EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status, cudaStream_t stream,
-                          const SplitPoint* split = nullptr, bool channel_groups = true);
+                          const SplitPoint* split = nullptr, bool channel_groups = true, bool one_pass_only = false);
 
   // Table reuse: as EncodeAsync, but chunk k of the call is coded with the
   // order-0 table that chunk k of this encoder's last EncodeAsync chose,

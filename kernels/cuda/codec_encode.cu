@@ -85,6 +85,7 @@ struct Workspace {
   uint64_t max_bytes;
   uint32_t max_tiles;
   uint32_t groups;  // the call may group channels (Rank and Hist16 run)
+  uint32_t one_pass_only;  // the call said every chunk is fused (no Tiles instance for the others)
 };
 
 // A kernel's copy of a chunk's plan in shared memory, for the one-block
@@ -144,6 +145,7 @@ __device__ int32_t MakePlan(const EncodeChunk& ch, const Workspace& ws, ChunkPla
   p.fused = p.sampled && FusedRequest(ch, ws);
   p.out = ch.out;
   if (p.grouping && !ws.groups) return kBadInput;  // the call said no chunk would group channels
+  if (ws.one_pass_only && !p.fused) return kBadInput;  // nor take any path but the one-pass one
   return kOk;
 }
 
@@ -1624,6 +1626,7 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles_, uint64_t m
   ws.max_bytes = max_chunk_bytes_;
   ws.max_tiles = max_tiles_;
   ws.groups = 0;
+  ws.one_pass_only = 0;
   return ws;
 }
 
@@ -1699,11 +1702,16 @@ Encoder::~Encoder() {
 }
 
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                                 cudaStream_t stream, const SplitPoint* split, bool channel_groups) {
+                                 cudaStream_t stream, const SplitPoint* split, bool channel_groups,
+                                 bool one_pass_only) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
+  // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
+  const bool fusable = max_chunk_bytes_ >= 2 * plan::kSampleMinElements;
+  if (one_pass_only && (split != nullptr || channel_groups || !fusable)) return cudaErrorInvalidValue;
   Workspace ws = Carve(workspace_, max_chunks_, max_tiles_, max_chunk_bytes_);
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.groups = channel_groups ? 1 : 0;
+  ws.one_pass_only = one_pass_only ? 1 : 0;
   const uint64_t split_2 =
       (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
   const uint64_t checksum_blocks = (max_chunk_bytes_ + checksum::kBlockBytes - 1) / checksum::kBlockBytes;
@@ -1715,8 +1723,6 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const uint64_t split_span = (kSplitWarps >> split_subs_log2) * split_per_warp * checksum::kBlockBytes;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_span - 1) / split_span);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
-  // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
-  const bool fusable = max_chunk_bytes_ >= 2 * plan::kSampleMinElements;
   cudaError_t e = cudaSuccess;
   auto launch = [&e](cudaError_t r) {
     if (e == cudaSuccess) e = r;
@@ -1735,8 +1741,10 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   }
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
-  launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid, tile_warps * 32, 0,
-                stream, status, ws));
+  if (!one_pass_only) {
+    launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
+                  tile_warps * 32, 0, stream, status, ws));
+  }
   if (fusable) {
     launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
   }

@@ -7,6 +7,12 @@
 // device-to-device copy of the same bytes measured the same way.
 //
 //   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M] [--queued]
+//                   [--no_promise]
+//
+// Order-0 calls whose chunks all take the encoder's one-pass path (bf16 of
+// at least plan::kSampleMinElements elements: 64 and 256 MiB) say so
+// (EncodeAsync's one_pass_only), as a caller that knows its chunks would;
+// --no_promise times them without it.
 //
 // Modes: order-0, kv-aware, and reuse (bf16): each chunk coded with the
 // order-0 table the encoder chose for other data in an earlier call
@@ -93,7 +99,7 @@ struct Shape {
 int Run(int argc, char** argv) {
   std::string dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvferry/kv";
   int reps = 21;
-  bool quick = false, queued = false;
+  bool quick = false, queued = false, promise = true;
   std::string only_dtype, only_call, only_mode;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -109,6 +115,8 @@ int Run(int argc, char** argv) {
       only_mode = a.substr(7);
     } else if (a == "--queued") {
       queued = true;
+    } else if (a == "--no_promise") {
+      promise = false;
     } else if (a == "--quick") {
       quick = true;
     } else {
@@ -116,7 +124,8 @@ int Run(int argc, char** argv) {
           stderr,
           "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
           "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware|reuse|reuse-own] "
-          "[--queued]\n");
+          "[--queued]\n"
+          "                       [--no_promise]\n");
       return 2;
     }
   }
@@ -291,13 +300,16 @@ int Run(int argc, char** argv) {
           }
           return Median(ms);
         };
+        // Every chunk one-pass (the encoder refuses the promise otherwise).
+        const bool one_pass = promise && !kv && !reuse && src.dtype == DType::kBF16 &&
+                              sh.chunk_bytes >= 2 * plan::kSampleMinElements && sh.chunk_bytes % 4096 == 0;
         auto encode = [&](int s) {
           if (reuse) {
             CHECK_CUDA((*enc)->EncodeReusingTablesAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
                                                         dstatus + s * sh.chunks, stream));
           } else {
             CHECK_CUDA((*enc)->EncodeAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
-                                           dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv));
+                                           dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv, one_pass));
           }
         };
         auto decode = [&](int s) {

@@ -426,10 +426,11 @@ struct EncodeCase {
 // calls > 1: the same call again on the same encoder (outputs cleared in
 // between); the last call's results. On `enc` when given (so that calls can
 // follow each other on it), else on an encoder made for the cases. reuse:
-// EncodeReusingTablesAsync instead of EncodeAsync.
+// EncodeReusingTablesAsync instead of EncodeAsync; one_pass_only: passed on.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
                  std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
-                 bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr, bool reuse = false) {
+                 bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr, bool reuse = false,
+                 bool one_pass_only = false) {
   std::unique_ptr<cuda::Encoder> made;
   if (enc == nullptr) {
     uint64_t max_in = 1;
@@ -480,7 +481,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
       CUDA_OK(enc->EncodeReusingTablesAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr));
     } else {
       CUDA_OK(enc->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                               estimates ? &split : nullptr, channel_groups));
+                               estimates ? &split : nullptr, channel_groups, one_pass_only));
     }
   }
   if (estimates) {
@@ -651,6 +652,39 @@ TEST_F(CudaCodec, SampledTablesFillHolesAsTheCpuDoes) {
     EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ": " << FirstDifference(gpu[k], cpu);
     EXPECT_EQ(Inspect(gpu[k].data(), gpu[k].size())->raw_tiles, k < 2 ? 0u : 1u) << "case " << k;
   }
+}
+
+// A call that promises one-pass chunks only (one_pass_only) skips the other
+// chunks' Tiles kernel: its one-pass chunks are the CPU's bytes, a chunk off
+// that path (an unaligned plane) fails with kBadInput while the others are
+// coded, and the promise is refused with a split point, with channel groups
+// and on an encoder too small for one-pass chunks.
+TEST_F(CudaCodec, OnePassOnlyCallsCodeTheirChunksAndRefuseOthers) {
+  const size_t n = plan::kSampleMinElements;
+  std::vector<EncodeCase> cases(3);
+  cases[0].input = KvLike(DType::kBF16, n, 192, 51);
+  cases[1].input = KvLike(DType::kBF16, n, 192, 52);
+  cases[1].out_skew = 3;
+  cases[2].input = KvLike(DType::kBF16, n + 4096, 192, 53);
+  for (auto& c : cases) c.options.channel_groups = false;
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  for (int calls : {1, 2}) {
+    EncodeOnGpu(cases, &status, &gpu, nullptr, false, calls, nullptr, false, /*one_pass_only=*/true);
+    for (size_t k : {0, 2}) {
+      ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", " << calls << " calls: " << FirstDifference(gpu[k], cpu);
+    }
+    EXPECT_EQ(status[1], cuda::kBadInput);
+  }
+  auto large = cuda::Encoder::Create(1, 2 * n);
+  auto small = cuda::Encoder::Create(1, n);
+  ASSERT_TRUE(large.ok() && small.ok());
+  cuda::SplitPoint split;
+  EXPECT_EQ((*large)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, &split, false, true), cudaErrorInvalidValue);
+  EXPECT_EQ((*large)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, nullptr, true, true), cudaErrorInvalidValue);
+  EXPECT_EQ((*small)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, nullptr, false, true), cudaErrorInvalidValue);
 }
 
 // Table reuse: chunk k of a reuse call is coded with the order-0 table that

@@ -473,7 +473,10 @@ TEST_F(SlowPairTest, DeadlineExpiresATransferThatIsTooSlow) {
   ASSERT_TRUE(t.ok());
   const absl::Time t0 = absl::Now();
   auto id = decode_->client->Pull(*t, dst->id(), all, absl::Milliseconds(30));
-  ASSERT_TRUE(id.ok());
+  if (!id.ok()) {  // on a loaded host the 30 ms can pass during the publisher check, which then fails the pull
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kDeadlineExceeded) << id.status();
+    return;
+  }
   auto last = decode_->client->Watch(*id);
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->state(), v1::TRANSFER_STATE_EXPIRED) << last->error();
