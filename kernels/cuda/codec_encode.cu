@@ -1717,11 +1717,18 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const uint64_t checksum_blocks = (max_chunk_bytes_ + checksum::kBlockBytes - 1) / checksum::kBlockBytes;
   // Four warps a checksum block while that keeps the call in one wave of 32
   // warps an SM.
+  // One-pass chunks only: Split counts their samples only, a sampled block
+  // a warp, and a block of the grid per kSplitWarps of them (no blocks past
+  // the samples to launch and retire: about 1/16 of the grid).
   const uint32_t split_subs_log2 =
-      static_cast<uint64_t>(count) * checksum_blocks * kSplitMaxSubs <= 32ull * sms_ ? kSplitMaxSubsLog2 : 0;
-  const uint32_t split_per_warp = split_subs_log2 == 0 && static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
+      !one_pass_only && static_cast<uint64_t>(count) * checksum_blocks * kSplitMaxSubs <= 32ull * sms_
+          ? kSplitMaxSubsLog2
+          : 0;
+  const uint32_t split_per_warp =
+      !one_pass_only && split_subs_log2 == 0 && static_cast<uint64_t>(count) * split_2 >= 2ull * sms_ ? 2 : 1;
   const uint64_t split_span = (kSplitWarps >> split_subs_log2) * split_per_warp * checksum::kBlockBytes;
-  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_span - 1) / split_span);
+  const uint64_t split_covers = one_pass_only ? split_span * plan::kSampleStride : split_span;
+  const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_covers - 1) / split_covers);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
   cudaError_t e = cudaSuccess;
   auto launch = [&e](cudaError_t r) {
