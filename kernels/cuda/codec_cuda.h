@@ -129,7 +129,8 @@ class Encoder {
                           const SplitPoint* split = nullptr, bool channel_groups = true, bool one_pass_only = false);
 
   // Table reuse: as EncodeAsync, but chunk k of the call is coded with the
-  // order-0 table that chunk k of this encoder's last EncodeAsync chose,
+  // order-0 table that chunk k of this encoder's last EncodeAsync with a
+  // chunk k chose,
   // stored in the chunk as its own, instead of counting its symbols and
   // choosing one. A tile holding a symbol the table lacks is RAW. The call
   // then runs three kernels, one of them a single pass over the input (raw
