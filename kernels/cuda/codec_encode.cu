@@ -809,6 +809,45 @@ __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Works
   }
 }
 
+// The symbol range {lo, count} of a table whose lane l holds the frequencies
+// of symbols 8l .. 8l + 7 ({0, 0} when empty). The whole warp calls it.
+__device__ __forceinline__ uint2 WarpTableRange(const uint32_t (&f)[8]) {
+  const int lane = threadIdx.x % 32;
+  int lo = 256, hi = -1;
+  for (int k = 0; k < 8; ++k) {
+    if (f[k] != 0) lo = min(lo, 8 * lane + k), hi = 8 * lane + k;
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  return hi < 0 ? make_uint2(0, 0) : make_uint2(lo, hi - lo + 1);
+}
+
+// A table as the chunk stores it at tp: lo, count, then freq(s) for s = lo ..
+// lo + count - 1. The whole warp calls it.
+template <typename Freq>
+__device__ __forceinline__ void WarpStoreTable(uint8_t* tp, uint2 range, const Freq& freq) {
+  const uint32_t lane = threadIdx.x % 32;
+  if (lane == 0) {
+    St16(tp, range.x);
+    St16(tp + 2, range.y);
+  }
+  for (uint32_t k = lane; k < range.y; k += 32) St16(tp + 4 + 2 * k, freq(range.x + k));
+}
+
+// The plan's directory and tile offsets, after tables that end at
+// tables_end.
+__device__ __forceinline__ void SetSections(ChunkPlan& p, uint64_t tables_end) {
+  p.tables_bytes = tables_end - kHeader - p.raw_plane;
+  p.dir_off = tables_end;
+  const uint64_t dir_end = tables_end + 4ull * p.tiles;
+  p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
+}
+
+// Zeros between the directory and tile 0 (SetSections).
+__device__ __forceinline__ void ZeroDirectoryPadding(const ChunkPlan& p, uint8_t* out) {
+  for (uint64_t b = p.dir_off + 4ull * p.tiles; b < p.tiles_off; ++b) out[b] = 0;
+}
+
 // Picks the table count (order-0 first, then 2, 4, 8, 16 channel groups; the
 // first strictly cheaper wins), writes map and tables into the chunk and the
 // encode tables into the workspace.
@@ -906,16 +945,10 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   __shared__ uint64_t table_off[17];
   __shared__ uint32_t table_lo[16], table_n[16];
   for (uint32_t t = warp; t < G; t += blockDim.x / 32) {  // each table's symbol range
-    int lo = 256, hi = -1;
-    for (int k = 0; k < 8; ++k) {
-      if (freq[first + t][8 * lane + k] != 0) lo = min(lo, 8 * lane + k), hi = 8 * lane + k;
-    }
-    lo = __reduce_min_sync(0xffffffffu, lo);
-    hi = __reduce_max_sync(0xffffffffu, hi);
-    if (lane == 0) {
-      table_lo[t] = hi < 0 ? 0 : lo;
-      table_n[t] = hi < 0 ? 0 : hi - lo + 1;
-    }
+    uint32_t f[8];
+    for (int k = 0; k < 8; ++k) f[k] = freq[first + t][8 * lane + k];
+    const uint2 range = WarpTableRange(f);
+    if (lane == 0) table_lo[t] = range.x, table_n[t] = range.y;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -925,19 +958,14 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
       off += 4 + 2ull * table_n[t];
     }
     table_off[G] = off;
-    p.tables_bytes = off - kHeader - p.raw_plane;
-    p.dir_off = off;
-    const uint64_t dir_end = off + 4ull * p.tiles;
-    p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
+    SetSections(p, off);
     // Like the CPU, code only when it can pay: side sections alone must leave
     // room (unless STORED is not allowed: split-send).
     stored = p.tiles_off - kHeader >= p.bytes && (allow_stored || p.raw_plane == 0);
     if (stored) p.stored = 1;
     ws.plan[c] = p;
-    // Zeros between the directory and tile 0 (a STORED chunk overwrites them).
-    if (p.tiles_off <= out_capacity) {
-      for (uint64_t b = dir_end; b < p.tiles_off; ++b) out[b] = 0;
-    }
+    // A STORED chunk overwrites them.
+    if (p.tiles_off <= out_capacity) ZeroDirectoryPadding(p, out);
     if (!stored && ws.estimate != nullptr) {
       // A sampled table's symbol cost scaled by the stride, as the CPU's.
       const uint64_t side = p.tables_bytes << 19;  // one table, no map
@@ -955,12 +983,8 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
     }
   }
   for (uint32_t t = warp; t < G; t += blockDim.x / 32) {
-    uint8_t* tp = out + table_off[t];
-    if (lane == 0) {
-      St16(tp, table_lo[t]);
-      St16(tp + 2, table_n[t]);
-    }
-    for (uint32_t k = lane; k < table_n[t]; k += 32) St16(tp + 4 + 2 * k, freq[first + t][table_lo[t] + k]);
+    const uint32_t* ft = freq[first + t];
+    WarpStoreTable(out + table_off[t], make_uint2(table_lo[t], table_n[t]), [ft](uint32_t s) { return ft[s]; });
     // Encode tables: exclusive prefix sums per symbol (one warp, 8 symbols a lane).
     uint32_t f[8], run = 0;
     for (int k = 0; k < 8; ++k) {
@@ -993,10 +1017,10 @@ __global__ void __launch_bounds__(256)
   const EncodeChunk& ch = chunks[c];
   ChunkPlan& p = SharedPlan();
   __shared__ int32_t err;
-  __shared__ uint32_t count;
+  __shared__ uint32_t count, freq[256];
   uint32_t f[8];
   if (warp == 0) {  // the table, loaded beside the request
-    for (int k = 0; k < 8; ++k) f[k] = ws.enc[c * 4096ull + 8 * lane + k] & 0xffff;
+    for (int k = 0; k < 8; ++k) freq[8 * lane + k] = f[k] = ws.enc[c * 4096ull + 8 * lane + k] & 0xffff;
   }
   if (threadIdx.x == 0) {
     err = MakePlan(ch, ws, &p);
@@ -1012,33 +1036,19 @@ __global__ void __launch_bounds__(256)
   bool ok = err == kOk;
   if (ok && p.in.blocks != nullptr) ok = BlockPointersOk(ch.in);  // uniform for the block
   if (warp == 0 && ok) {
-    int l = 256, h = -1;
-    for (int k = 0; k < 8; ++k) {
-      if (f[k] != 0) l = min(l, 8 * lane + k), h = 8 * lane + k;
-    }
-    l = __reduce_min_sync(0xffffffffu, l);
-    h = __reduce_max_sync(0xffffffffu, h);
-    if (lane == 0) count = h - l + 1;  // Plan wrote a table of kM: h >= l
-    uint8_t* const tp = ch.out + kHeader + p.raw_plane;
-    if (lane == 0) {
-      St16(tp, l);
-      St16(tp + 2, h - l + 1);
-    }
-    for (int k = 0; k < 8; ++k) {
-      const int s = 8 * lane + k;
-      if (s >= l && s <= h) St16(tp + 4 + 2 * (s - l), f[k]);
-    }
+    const uint2 range = WarpTableRange(f);  // Plan wrote a table of kM: not empty
+    if (lane == 0) count = range.y;
+    __syncwarp();  // freq[] as the lanes stored it
+    const uint32_t* fr = freq;
+    WarpStoreTable(ch.out + kHeader + p.raw_plane, range, [fr](uint32_t s) { return fr[s]; });
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     if (ok) {
-      p.tables_bytes = 4 + 2ull * count;
-      p.dir_off = kHeader + p.raw_plane + p.tables_bytes;
-      const uint64_t dir_end = p.dir_off + 4ull * p.tiles;
-      p.tiles_off = dir_end + (4 - dir_end % 4) % 4;
-      for (uint64_t b = dir_end; b < p.tiles_off; ++b) ch.out[b] = 0;
       // Whole 4 KiB blocks leave the side sections room, so the chunk is
       // never STORED before Tiles (which alone sums its checksum).
+      SetSections(p, kHeader + p.raw_plane + 4 + 2ull * count);
+      ZeroDirectoryPadding(p, ch.out);
     }
     status[c] = ok ? kOk : err != kOk ? err : kBadInput;
     sizes[c] = 0;
@@ -1597,7 +1607,7 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
 }
 
 // The workspace's regions (sized by Create).
-Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles_, uint64_t max_chunk_bytes_) {
+Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t max_chunk_bytes) {
   const uint64_t n = static_cast<uint64_t>(max_chunks);
   uint8_t* p = static_cast<uint8_t*>(workspace);
   auto take = [&p](uint64_t b) {
@@ -1617,14 +1627,14 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles_, uint64_t m
   ws.map = take(n * kMaxGroupedChannels);
   ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
   ws.table_ok = reinterpret_cast<uint32_t*>(take(n * 4));
-  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
-  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles_ * 4));
-  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles_) * 8ull));
-  ws.scratch = take(n * max_tiles_ * static_cast<uint64_t>(kScratch));
-  ws.carry = take(n * max_tiles_ * plan::kCarryBytes);
+  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles * 4));
+  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles * 4));
+  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles) * 8ull));
+  ws.scratch = take(n * max_tiles * static_cast<uint64_t>(kScratch));
+  ws.carry = take(n * max_tiles * plan::kCarryBytes);
   ws.estimate = nullptr;
-  ws.max_bytes = max_chunk_bytes_;
-  ws.max_tiles = max_tiles_;
+  ws.max_bytes = max_chunk_bytes;
+  ws.max_tiles = max_tiles;
   ws.groups = 0;
   ws.one_pass_only = 0;
   return ws;
