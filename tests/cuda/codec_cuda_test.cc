@@ -787,7 +787,8 @@ TEST_F(CudaCodec, TableReuseRefusesSlotsWithoutATableAndOtherRequests) {
   ASSERT_TRUE(table.ok()) << table.status();
   EncodeOptions o;
   o.table = &*table;
-  EXPECT_TRUE(gpu[0] == EncodeCpu(o, reused[0].input)) << FirstDifference(gpu[0], EncodeCpu(o, reused[0].input));
+  const auto cpu = EncodeCpu(o, reused[0].input);
+  EXPECT_TRUE(gpu[0] == cpu) << FirstDifference(gpu[0], cpu);
   EXPECT_FALSE(cuda::ToStatus(cuda::kNoTable).ok());
 }
 
