@@ -47,13 +47,18 @@ struct Batch {
 // Decodes all chunks in one call; returns per-chunk status and outputs.
 // Chunk k lies `misalign(k)` bytes into its device buffer, whose end is the
 // chunk's end (so reads past a chunk fall outside its allocation).
+// `decoder`: one to use instead of a new one sized for the batch.
 void DecodeOnGpu(
     const Batch& b, std::vector<int32_t>* status, std::vector<std::vector<uint8_t>>* outs,
-    const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }) {
+    const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }, cuda::Decoder* decoder = nullptr) {
   uint64_t max_out = 1;
   for (auto& in : b.inputs) max_out = std::max<uint64_t>(max_out, in.size());
-  auto dec = cuda::Decoder::Create(static_cast<int>(b.chunks.size()), max_out);
-  ASSERT_TRUE(dec.ok()) << dec.status();
+  absl::StatusOr<std::unique_ptr<cuda::Decoder>> dec = std::unique_ptr<cuda::Decoder>();
+  if (decoder == nullptr) {
+    dec = cuda::Decoder::Create(static_cast<int>(b.chunks.size()), max_out);
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    decoder = dec->get();
+  }
   std::vector<cuda::DeviceChunk> host(b.chunks.size());
   std::vector<void*> owned;
   for (size_t k = 0; k < b.chunks.size(); ++k) {
@@ -76,7 +81,7 @@ void DecodeOnGpu(
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dchunks), host.size() * sizeof(host[0])));
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), host.size() * 4));
   CUDA_OK(cudaMemcpy(dchunks, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice));
-  CUDA_OK((*dec)->DecodeAsync(dchunks, static_cast<int>(host.size()), dstatus, nullptr));
+  CUDA_OK(decoder->DecodeAsync(dchunks, static_cast<int>(host.size()), dstatus, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   status->resize(host.size());
   CUDA_OK(cudaMemcpy(status->data(), dstatus, host.size() * 4, cudaMemcpyDeviceToHost));
@@ -322,9 +327,12 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
     b.inputs.push_back(in);
     b.chunks.push_back(bad);
   }
+  auto dec = cuda::Decoder::Create(static_cast<int>(b.chunks.size()), in.size());
+  ASSERT_TRUE(dec.ok()) << dec.status();
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs);
+  DecodeOnGpu(
+      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
   int failed = 0;
   for (size_t k = 0; k < b.chunks.size(); ++k) {
     if (status[k] == 0) {
@@ -334,6 +342,14 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
     }
   }
   EXPECT_GT(failed, 190);
+  // The decoder's next call, the good chunk in every slot, decodes them all.
+  for (auto& c : b.chunks) c = good;
+  DecodeOnGpu(
+      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    EXPECT_EQ(status[k], 0) << "slot " << k << " of the next call: " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(outs[k] == in) << "slot " << k << " of the next call differs";
+  }
 }
 
 // A chunk of many checksum blocks (6 MiB: 1537 blocks of 4 KiB over 385
@@ -364,12 +380,24 @@ TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
   add(static_cast<int64_t>(64 + raw - 8));      // the last element's raw byte (7 bytes of padding follow it)
   add(56);                                      // the header's checksum
   add(-1);
+  auto dec = cuda::Decoder::Create(static_cast<int>(b.chunks.size()), in.size());
+  ASSERT_TRUE(dec.ok()) << dec.status();
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs);
+  DecodeOnGpu(
+      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(status[k], want[k]) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
     if (want[k] == cuda::kOk) EXPECT_TRUE(outs[k] == in) << "chunk " << k << " differs";
+  }
+  // The same decoder's next call, every chunk good: nothing of the failed
+  // chunks' sums or verdicts is left in their slots.
+  for (auto& c : b.chunks) c = good;
+  DecodeOnGpu(
+      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    EXPECT_EQ(status[k], 0) << "chunk " << k << " of the next call: " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(outs[k] == in) << "chunk " << k << " of the next call differs";
   }
 }
 
@@ -1183,6 +1211,21 @@ void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout
     CUDA_OK(cudaMemcpy(back.data() + b * block_bytes, dst[b], block_bytes, cudaMemcpyDeviceToHost));
   }
   EXPECT_TRUE(back == input);
+  // A null or misaligned block pointer in the destination list: the chunk is
+  // refused, not written through it; the next call on the same decoder, with
+  // the list mended, decodes it again.
+  for (uint8_t* broken : {static_cast<uint8_t*>(nullptr), dst[nblocks / 2] + 8}) {
+    std::vector<uint8_t*> bad = dst;
+    bad[nblocks / 2] = broken;
+    CUDA_OK(cudaMemcpy(ddst, bad.data(), nblocks * sizeof(uint8_t*), cudaMemcpyHostToDevice));
+    CUDA_OK((*dec)->DecodeAsync(dd, 1, dstatus, nullptr));
+    CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(status, cuda::kOutputTooSmall);
+  }
+  CUDA_OK(cudaMemcpy(ddst, dst.data(), nblocks * sizeof(uint8_t*), cudaMemcpyHostToDevice));
+  CUDA_OK((*dec)->DecodeAsync(dd, 1, dstatus, nullptr));
+  CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status, 0) << cuda::ToStatus(status);
   // Blocks of the pool not in the list stay untouched.
   std::vector<uint8_t> rest(block_bytes);
   for (uint32_t b = nblocks; b < pool_blocks; ++b) {
