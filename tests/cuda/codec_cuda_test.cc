@@ -47,10 +47,12 @@ struct Batch {
 // Decodes all chunks in one call; returns per-chunk status and outputs.
 // Chunk k lies `misalign(k)` bytes into its device buffer, whose end is the
 // chunk's end (so reads past a chunk fall outside its allocation).
+// Every chunk at the start of its buffer (DecodeOnGpu's misalign).
+uint32_t NoSkew(size_t) { return 0; }
+
 // `decoder`: one to use instead of a new one sized for the batch.
-void DecodeOnGpu(
-    const Batch& b, std::vector<int32_t>* status, std::vector<std::vector<uint8_t>>* outs,
-    const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }, cuda::Decoder* decoder = nullptr) {
+void DecodeOnGpu(const Batch& b, std::vector<int32_t>* status, std::vector<std::vector<uint8_t>>* outs,
+                 const std::function<uint32_t(size_t)>& misalign = NoSkew, cuda::Decoder* decoder = nullptr) {
   uint64_t max_out = 1;
   for (auto& in : b.inputs) max_out = std::max<uint64_t>(max_out, in.size());
   absl::StatusOr<std::unique_ptr<cuda::Decoder>> dec = std::unique_ptr<cuda::Decoder>();
@@ -97,11 +99,11 @@ void DecodeOnGpu(
 
 // Decodes b's chunks in one call (DecodeOnGpu); each must succeed and equal
 // its input.
-void ExpectDecodesBitExact(
-    const Batch& b, const std::function<uint32_t(size_t)>& misalign = [](size_t) { return 0u; }) {
+void ExpectDecodesBitExact(const Batch& b, const std::function<uint32_t(size_t)>& misalign = NoSkew,
+                           cuda::Decoder* decoder = nullptr) {
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs, misalign);
+  DecodeOnGpu(b, &status, &outs, misalign, decoder);
   for (size_t k = 0; k < b.inputs.size(); ++k) {
     EXPECT_EQ(status[k], 0) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
     EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
@@ -331,8 +333,7 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   ASSERT_TRUE(dec.ok()) << dec.status();
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(
-      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
+  DecodeOnGpu(b, &status, &outs, NoSkew, dec->get());
   int failed = 0;
   for (size_t k = 0; k < b.chunks.size(); ++k) {
     if (status[k] == 0) {
@@ -343,13 +344,9 @@ TEST_F(CudaCodec, CorruptedChunksFailNeverLie) {
   }
   EXPECT_GT(failed, 190);
   // The decoder's next call, the good chunk in every slot, decodes them all.
+  SCOPED_TRACE("the decoder's next call, every chunk good");
   for (auto& c : b.chunks) c = good;
-  DecodeOnGpu(
-      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
-  for (size_t k = 0; k < b.chunks.size(); ++k) {
-    EXPECT_EQ(status[k], 0) << "slot " << k << " of the next call: " << cuda::ToStatus(status[k]);
-    EXPECT_TRUE(outs[k] == in) << "slot " << k << " of the next call differs";
-  }
+  ExpectDecodesBitExact(b, NoSkew, dec->get());
 }
 
 // A chunk of many checksum blocks (6 MiB: 1537 blocks of 4 KiB over 385
@@ -384,21 +381,16 @@ TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
   ASSERT_TRUE(dec.ok()) << dec.status();
   std::vector<int32_t> status;
   std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(
-      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
+  DecodeOnGpu(b, &status, &outs, NoSkew, dec->get());
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(status[k], want[k]) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
     if (want[k] == cuda::kOk) EXPECT_TRUE(outs[k] == in) << "chunk " << k << " differs";
   }
   // The same decoder's next call, every chunk good: nothing of the failed
   // chunks' sums or verdicts is left in their slots.
+  SCOPED_TRACE("the decoder's next call, every chunk good");
   for (auto& c : b.chunks) c = good;
-  DecodeOnGpu(
-      b, &status, &outs, [](size_t) { return 0u; }, dec->get());
-  for (size_t k = 0; k < b.chunks.size(); ++k) {
-    EXPECT_EQ(status[k], 0) << "chunk " << k << " of the next call: " << cuda::ToStatus(status[k]);
-    EXPECT_TRUE(outs[k] == in) << "chunk " << k << " of the next call differs";
-  }
+  ExpectDecodesBitExact(b, NoSkew, dec->get());
 }
 
 // Every byte of the header and of the section between the raw plane and the
