@@ -65,6 +65,24 @@ __device__ __forceinline__ void CpAsync4(void* dst, const void* src, uint32_t by
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
+// L2 eviction policies (createpolicy) for the cache-hinted copies and stores below.
+__device__ __forceinline__ uint64_t L2EvictFirst() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t L2EvictNormal() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void CpAsync16Hint(void* dst, const void* src, uint64_t policy) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "l"(policy));
+}
+__device__ __forceinline__ void Store64Hint(void* p, uint64_t v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.b64 [%0], %1, %2;\n" ::"l"(p), "l"(v), "l"(policy) : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -266,6 +284,14 @@ inline int CurrentDeviceSms() {
     return 1;
   }
   return sms < 1 ? 1 : sms;
+}
+inline uint64_t CurrentDeviceL2Bytes() {  // 0 where it cannot be read
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+    return 0;
+  }
+  return bytes < 0 ? 0 : static_cast<uint64_t>(bytes);
 }
 
 template <typename... Params, typename... Args>

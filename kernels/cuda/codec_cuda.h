@@ -153,6 +153,7 @@ class Encoder {
   uint64_t max_chunk_bytes_ = 0;
   uint32_t max_tiles_ = 0;
   int sms_ = 1;  // of the device the encoder was created on
+  uint64_t l2_bytes_ = 0;  // its L2 cache
   void* workspace_ = nullptr;
 };
 

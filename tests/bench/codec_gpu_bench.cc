@@ -10,7 +10,7 @@
 //                   [--no_promise]
 //
 // Order-0 calls whose chunks all take the encoder's one-pass path (bf16 of
-// at least plan::kSampleMinElements elements: 64 and 256 MiB) say so
+// at least plan::kSampleMinElements elements: 32 MiB and up) say so
 // (EncodeAsync's one_pass_only), as a caller that knows its chunks would;
 // --no_promise times them without it.
 //
@@ -26,6 +26,8 @@
 // Each call is timed from an idle stream, so the host's launches are part of
 // its time. --queued holds the stream until the call is all launched: GPU time
 // only (at 4 MiB about 4 us less).
+//
+// Calls 32M, 128M and 2x64M run on request (--call) only.
 //
 // DIR holds tools/kv_capture.py's files (default ~/.cache/kvferry/kv). Real KV
 // is repeated to fill each call; without it the bench warns and uses synthetic
@@ -94,6 +96,7 @@ struct Shape {
   const char* name;
   size_t chunk_bytes;
   int chunks;
+  bool on_request = false;  // run only when --call names it
 };
 
 int Run(int argc, char** argv) {
@@ -123,7 +126,8 @@ int Run(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
-          "                       [--call=1M|4M|16x4M|64M|256M] [--mode=order-0|kv-aware|reuse|reuse-own] "
+          "                       [--call=1M|4M|16x4M|64M|256M|32M|128M|2x64M] "
+          "[--mode=order-0|kv-aware|reuse|reuse-own] "
           "[--queued]\n"
           "                       [--no_promise]\n");
       return 2;
@@ -170,11 +174,9 @@ int Run(int argc, char** argv) {
     sources.push_back(std::move(s));
   }
 
-  std::vector<Shape> shapes = {{"1M", 1 << 20, 1},
-                               {"4M", 4 << 20, 1},
-                               {"16x4M", 4 << 20, 16},
-                               {"64M", 64 << 20, 1},
-                               {"256M", 256 << 20, 1}};
+  std::vector<Shape> shapes = {{"1M", 1 << 20, 1},           {"4M", 4 << 20, 1},          {"16x4M", 4 << 20, 16},
+                               {"64M", 64 << 20, 1},         {"256M", 256 << 20, 1},      {"32M", 32 << 20, 1, true},
+                               {"128M", 128 << 20, 1, true}, {"2x64M", 64 << 20, 2, true}};
   if (quick) shapes = {{"4M", 4 << 20, 1}, {"64M", 64 << 20, 1}};
   std::printf("\n%-20s %-9s %-8s %7s %9s %10s %10s %10s %10s %9s %s\n", "data", "call", "mode", "ratio", "vs bound",
               "enc GB/s", "dec GB/s", "enc us", "dec us", "copy GB/s", "check");
@@ -183,7 +185,7 @@ int Run(int argc, char** argv) {
     if (!only_dtype.empty() && src.name.rfind(only_dtype, 0) != 0) continue;
     for (const Shape& sh : shapes) {
       if (src.dtype != DType::kBF16 && sh.chunk_bytes < (4u << 20)) continue;  // small sizes: bf16 only
-      if (!only_call.empty() && only_call != sh.name) continue;
+      if ((!only_call.empty() || sh.on_request) && only_call != sh.name) continue;
       for (const char* mode : {"order-0", "kv-aware", "reuse", "reuse-own"}) {
         if (!only_mode.empty() && only_mode != mode) continue;
         if (only_mode.empty() && std::strcmp(mode, "reuse-own") == 0) continue;  // on request only
