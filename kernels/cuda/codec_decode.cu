@@ -1002,8 +1002,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kWarpsPerBlock
   for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
   WaitForPrevious();
-  if (status[c] != kOk) return;  // uniform for the block
+  // What depends on nothing loaded here loads at once, before the status
+  // is known (the workspace's state, table and the chunk's address are there
+  // whatever it is): the status, the state, the chunk's address, and the
+  // slot table of a one-table chunk (a grouped chunk's tables overwrite it
+  // below, each entry from the same thread: BlockCopy4).
+  auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
+    BlockCopy4(
+        n, [src](uint32_t i) { return src[i]; }, [dst](uint32_t i, const uint4& v) { dst[i] = v; });
+  };
+  const int32_t chunk_status = status[c];
   const ChunkState s = ws.state[c];
+  const uint8_t* in = chunks[c].data;
+  copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);
+  if (chunk_status != kOk) return;  // uniform for the block
   // The chunk's groups of `warps` tiles: block b takes group b, and in a
   // call of more than a wave of blocks (passes 2) a coded bf16 chunk of one
   // table is spread over its first `span` blocks instead, block b taking
@@ -1012,20 +1024,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t groups = (s.tiles + warps - 1) / warps, span = two ? (groups + 1) / 2 : groups;
   if (blockIdx.x >= span) return;
   const uint32_t own_passes = two && blockIdx.x + span < groups ? 2 : 1;
-  const uint8_t* in = chunks[c].data;
   for (uint32_t p = 0; p < own_passes; ++p) {
     if (!(s.flags & kStored)) {
       SumDirectory(in + s.dir_off, s.tiles, (blockIdx.x + p * span) * warps, warps, sh.dir_low[p], sh.dir_own[p]);
     }
   }
-  // The tables into shared memory, 16 bytes at a time.
-  auto copy16 = [](uint4* dst, const uint4* src, uint32_t n) {
-    BlockCopy4(
-        n, [src](uint32_t i) { return src[i]; }, [dst](uint32_t i, const uint4& v) { dst[i] = v; });
-  };
-  if (!(s.flags & kStored) && s.tables == 1) {
-    copy16(reinterpret_cast<uint4*>(sh.table), reinterpret_cast<const uint4*>(ws.tables[c]), kM / 4);
-  } else if (!(s.flags & kStored)) {
+  // A grouped chunk's tables into shared memory, 16 bytes at a time.
+  if (!(s.flags & kStored) && s.tables > 1) {
     copy16(reinterpret_cast<uint4*>(&sh.groups), reinterpret_cast<const uint4*>(&ws.groups[c]),
            s.tables * kM / 4);
   }
@@ -1075,10 +1080,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
 __global__ void FinishKernel(int32_t* status, Workspace ws) {
   WaitForPrevious();
   const int c = blockIdx.x;
-  if (status[c] != kOk) return;  // uniform for the warp
-  const unsigned long long sum = WarpSum(*SumSlot(ws.sum, c, threadIdx.x));
-  const ChunkState& s = ws.state[c];
-  if (threadIdx.x == 0 && kvferry::checksum::Finish(sum, s.orig_bytes) != s.checksum) status[c] = kChecksum;
+  // One round trip: the status, the slots and the state's fields load
+  // together (a failed chunk's state is stale, and unused).
+  const int32_t chunk_status = status[c];
+  const unsigned long long slot = *SumSlot(ws.sum, c, threadIdx.x);
+  const uint64_t orig_bytes = ws.state[c].orig_bytes, want = ws.state[c].checksum;
+  if (chunk_status != kOk) return;  // uniform for the warp
+  const unsigned long long sum = WarpSum(slot);
+  if (threadIdx.x == 0 && kvferry::checksum::Finish(sum, orig_bytes) != want) status[c] = kChecksum;
 }
 
 }  // namespace
