@@ -77,48 +77,61 @@ __global__ void __launch_bounds__(kParseThreads)
   // Parse is a chain of round trips to memory (the kernel takes as long as
   // they do): the header, then the whole table section (at most kMaxTables
   // tables of 4 + 512 bytes) in one load a thread, then the directory.
-  __shared__ uint8_t header[kHeader];
+  // The header as 8 little-endian words: thread 0's checks take its fields
+  // from registers, not a shared-memory load a byte.
+  __shared__ alignas(16) uint8_t header[kHeader];
   __shared__ uint8_t window[kMaxTables * (4 + 2 * 256)];
   if (threadIdx.x < kHeader && ch.bytes >= kHeader) header[threadIdx.x] = ch.data[threadIdx.x];
+  static_assert(sizeof(ChunkState) % 8 == 0 && sizeof(ChunkState) / 8 <= kParseThreads - kHeader,
+                "zeroed a word a thread");
+  if (threadIdx.x >= kHeader && threadIdx.x - kHeader < sizeof(ChunkState) / 8) {
+    reinterpret_cast<uint64_t*>(&s)[threadIdx.x - kHeader] = 0;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     err = kOk;
-    std::memset(&s, 0, sizeof(s));
-    const uint8_t* h = header;
+    uint64_t w[kHeader / 8];
+#pragma unroll
+    for (uint32_t k = 0; k < kHeader / 8; ++k) w[k] = reinterpret_cast<const uint64_t*>(header)[k];
+    // Header bytes [at, at + n) as a number (n <= 8, within one word).
+    auto field = [&](uint32_t at, uint32_t n) {
+      const uint64_t v = w[at / 8] >> (8 * (at % 8));
+      return n == 8 ? v : v & ((uint64_t{1} << (8 * n)) - 1);
+    };
     do {
-      if (ch.bytes < kHeader || h[0] != 'K' || h[1] != 'V' || h[2] != 'Z' || h[3] != '1' ||
-          h[4] != plan::kFormatVersion) {
+      if (ch.bytes < kHeader || field(0, 4) != (uint32_t{'K'} | 'V' << 8 | 'Z' << 16 | uint32_t{'1'} << 24) ||
+          field(4, 1) != plan::kFormatVersion) {
         err = kBadHeader;
         break;
       }
       ElemInfo e;
-      if (!GetElemInfo(h[5], &e)) {
+      if (!GetElemInfo(static_cast<uint8_t>(field(5, 1)), &e)) {
         err = kBadHeader;
         break;
       }
-      s.dtype = h[5];
+      s.dtype = static_cast<uint32_t>(field(5, 1));
       s.elem_bytes = e.bytes;
       s.exp_bits = e.exp_bits;
       s.raw_bits = e.raw_bits;
       s.mant_bits = e.mant_bits;
       s.opaque = e.opaque;
-      s.flags = Ld16(h + 6);
-      if ((s.flags & ~3u) || h[31] != 0 || Ld32(h + 36) != 0) {
+      s.flags = static_cast<uint32_t>(field(6, 2));
+      if ((s.flags & ~3u) || field(31, 1) != 0 || field(36, 4) != 0) {
         err = kBadHeader;
         break;
       }
-      s.n = Ld64(h + 8);
+      s.n = field(8, 8);
       if (s.n > (1ull << 40)) {
         err = kBadHeader;
         break;
       }
       s.orig_bytes = s.n * s.elem_bytes;
-      s.channels = static_cast<uint64_t>(Ld32(h + 20)) * Ld32(h + 24);
-      s.tables = Ld16(h + 28);
-      s.tile_log2 = h[30];
-      s.tiles = Ld32(h + 32);
-      const uint64_t raw_plane = Ld64(h + 40), payload = Ld64(h + 48);
-      s.checksum = Ld64(h + 56);
+      s.channels = field(20, 4) * field(24, 4);
+      s.tables = static_cast<uint32_t>(field(28, 2));
+      s.tile_log2 = static_cast<uint32_t>(field(30, 1));
+      s.tiles = static_cast<uint32_t>(field(32, 4));
+      const uint64_t raw_plane = field(40, 8), payload = field(48, 8);
+      s.checksum = field(56, 8);
       if (payload != ch.bytes - kHeader) {
         err = kBadHeader;
         break;
