@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(kParseThreads)
     } while (false);
   }
   __syncthreads();
-  if (!BlockPointersOk(ch.out) && threadIdx.x == 0) err = kOutputTooSmall;
+  // (Uniform: a contiguous output has no pointers to check, nor the barriers.)
+  if (ch.out.blocks != nullptr && !BlockPointersOk(ch.out) && threadIdx.x == 0) err = kOutputTooSmall;
   __syncthreads();
   if (err != kOk || (s.flags & kStored)) {
     if (err == kOk) PublishState(s, &ws.state[c]);
@@ -263,7 +264,6 @@ __global__ void __launch_bounds__(kParseThreads)
     }
   }
   if (threadIdx.x == 0) {
-    if (pad != 0) err = kBadSection;
     s.dir_off = dir_off;
     s.tiles_start = tiles_start;
     s.bytes = ch.bytes;
@@ -316,8 +316,10 @@ __global__ void __launch_bounds__(kParseThreads)
     uint32_t* dst = s.tables == 1 ? ws.tables[c] : ws.groups[c].slots[t];
     *reinterpret_cast<uint4*>(dst + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
   }
+  // The directory's padding, loaded long before, is the last check: its
+  // verdict goes into the status, which every later kernel reads first.
   PublishState(s, &ws.state[c]);
-  if (threadIdx.x == 0) status[c] = kOk;
+  if (threadIdx.x == 0) status[c] = pad != 0 ? kBadSection : kOk;
 }
 
 constexpr int kWarpsPerBlock = 8;
