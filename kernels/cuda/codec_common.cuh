@@ -276,22 +276,17 @@ inline uint32_t WarpsPerTileBlock(uint64_t tiles_per_chunk, int chunks, int sms)
   return w;
 }
 
-// The number of SMs of the current device (1 if it cannot be read).
-inline int CurrentDeviceSms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    return 1;
-  }
-  return sms < 1 ? 1 : sms;
+// An attribute of the current device, at least `least` (also where it cannot be read).
+inline int CurrentDeviceAttribute(cudaDeviceAttr attr, int least) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) return least;
+  return v < least ? least : v;
 }
-inline uint64_t CurrentDeviceL2Bytes() {  // 0 where it cannot be read
-  int dev = 0, bytes = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
-    return 0;
-  }
-  return bytes < 0 ? 0 : static_cast<uint64_t>(bytes);
+// The number of SMs of the current device (1 if it cannot be read).
+inline int CurrentDeviceSms() { return CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1); }
+// Its L2 cache in bytes (0 if it cannot be read).
+inline uint64_t CurrentDeviceL2Bytes() {
+  return static_cast<uint64_t>(CurrentDeviceAttribute(cudaDevAttrL2CacheSize, 0));
 }
 
 template <typename... Params, typename... Args>

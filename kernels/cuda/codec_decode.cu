@@ -1,7 +1,6 @@
 // CUDA decoder for kvferry codec chunks. Mirrors kernels/cpu/codec.cc's Parse
 // and Decode; see docs/codec-format.md.
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
