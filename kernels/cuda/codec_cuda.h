@@ -7,6 +7,15 @@
 // non-zero status. Uncompressed data may be one buffer or a list of equal
 // blocks (a paged KV cache): the encoder gathers from the blocks and the
 // decoder scatters into them, with no staging copy.
+//
+// A call's kernels are launched as one CUDA graph, recorded by the first
+// call with the same arguments (device pointers, count, flags; at most 16
+// such graphs a coder, the least recently used dropped) and replayed by the
+// later ones: callers that keep their descriptor arrays pay the recording
+// once (kernels/cuda/call_graphs.h). Calls on a stream that is being
+// captured launch their kernels into that capture instead.
+// KVFERRY_CUDA_GRAPHS=0 in the environment launches every call's kernels one
+// by one.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +26,10 @@
 #include "absl/status/statusor.h"
 
 namespace kvferry::codec::cuda {
+
+class CallGraphs;
+// Call graphs a coder holds at most (CallGraphs::kMaxGraphs).
+constexpr size_t CallGraphsHeld = 16;
 
 // Uncompressed bytes in device memory: `data` (one buffer), or, when `blocks`
 // is set, the concatenation of `count` blocks of `block_bytes` each (a device
@@ -89,6 +102,8 @@ class Decoder {
   // `count` int32 (DecodeStatus). Returns launch errors only.
   cudaError_t DecodeAsync(const DeviceChunk* chunks, int count, int32_t* status, cudaStream_t stream);
   uint64_t workspace_bytes() const { return workspace_bytes_; }
+  // Call graphs held (see the top of this file).
+  size_t graphs() const;
 
  private:
   Decoder() = default;
@@ -99,6 +114,7 @@ class Decoder {
   int sms_ = 1;       // of the device the decoder was created on
   int resident_ = 1;  // Decode blocks resident at once on it
   void* workspace_ = nullptr;
+  std::unique_ptr<CallGraphs> graphs_;
 };
 
 // Encodes a batch of chunks per call.
@@ -145,6 +161,8 @@ class Encoder {
   cudaError_t EncodeReusingTablesAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
                                        cudaStream_t stream);
   uint64_t workspace_bytes() const { return workspace_bytes_; }
+  // Call graphs held (see the top of this file).
+  size_t graphs() const;
 
  private:
   Encoder() = default;
@@ -155,6 +173,7 @@ class Encoder {
   int sms_ = 1;  // of the device the encoder was created on
   uint64_t l2_bytes_ = 0;  // its L2 cache
   void* workspace_ = nullptr;
+  std::unique_ptr<CallGraphs> graphs_;
 };
 
 }  // namespace kvferry::codec::cuda

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
 #include "kernels/codec_plan.h"
+#include "kernels/cuda/call_graphs.h"
 #include "kernels/cuda/codec_common.cuh"
 #include "kernels/cuda/codec_cuda.h"
 #include "kernels/cuda/kvsum64.cuh"
@@ -1154,12 +1155,15 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   if (cudaMalloc(&d->workspace_, bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes of decoder workspace", bytes));
   }
+  d->graphs_ = std::make_unique<CallGraphs>();
   return d;
 }
 
 Decoder::~Decoder() {
   if (workspace_ != nullptr) cudaFree(workspace_);
 }
+
+size_t Decoder::graphs() const { return graphs_->size(); }
 
 cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* status, cudaStream_t stream) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
@@ -1177,19 +1181,24 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   ws.groups = reinterpret_cast<GroupTables*>(p);
   p = align(p + n * sizeof(GroupTables));
   ws.sum = reinterpret_cast<unsigned long long*>(p);
-  cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, stream, chunks, status, ws, max_tiles_);
-  if (e == cudaSuccess) {
-    // Two passes a block (DecodeKernel) when one tile group a block would
-    // not fit one wave of blocks.
-    const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
-    const uint32_t groups = (max_tiles_ + warps - 1) / warps;
-    const uint32_t passes = static_cast<uint64_t>(count) * groups > static_cast<uint64_t>(resident_) ? 2 : 1;
-    e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>, dim3(groups, count), warps * 32,
-               sizeof(DecodeShared), stream, chunks, status, ws, passes);
-  }
-  if (e == cudaSuccess) e = Launch(FinishKernel, count, kSumSlots, 0, stream, status, ws);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  // Two passes a block (DecodeKernel) when one tile group a block would not
+  // fit one wave of blocks.
+  const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
+  const uint32_t groups = (max_tiles_ + warps - 1) / warps;
+  const uint32_t passes = static_cast<uint64_t>(count) * groups > static_cast<uint64_t>(resident_) ? 2 : 1;
+  auto launches = [&](cudaStream_t s) {
+    cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, s, chunks, status, ws, max_tiles_);
+    if (e == cudaSuccess) {
+      e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>, dim3(groups, count), warps * 32,
+                 sizeof(DecodeShared), s, chunks, status, ws, passes);
+    }
+    if (e == cudaSuccess) e = Launch(FinishKernel, count, kSumSlots, 0, s, status, ws);
+    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+  };
+  const CallGraphs::Key key = {1, reinterpret_cast<uintptr_t>(chunks), static_cast<uint64_t>(count),
+                               reinterpret_cast<uintptr_t>(status)};
+  return graphs_->Run(key, stream, nullptr, launches);
 }
 
 }  // namespace kvferry::codec::cuda

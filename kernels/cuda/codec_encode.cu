@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/checksum_core.h"
 #include "kernels/codec_plan.h"
+#include "kernels/cuda/call_graphs.h"
 #include "kernels/cuda/codec_common.cuh"
 #include "kernels/cuda/codec_cuda.h"
 #include "kernels/cuda/kvsum64.cuh"
@@ -1715,12 +1716,15 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
       cudaStreamSynchronize(0) != cudaSuccess) {
     return absl::InternalError("cannot initialise the encoder workspace");
   }
+  e->graphs_ = std::make_unique<CallGraphs>();
   return e;
 }
 
 Encoder::~Encoder() {
   if (workspace_ != nullptr) cudaFree(workspace_);
 }
+
+size_t Encoder::graphs() const { return graphs_->size(); }
 
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
                                  cudaStream_t stream, const SplitPoint* split, bool channel_groups,
@@ -1752,34 +1756,56 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const uint64_t split_covers = one_pass_only ? split_span * plan::kSampleStride : split_span;
   const unsigned split_blocks = static_cast<unsigned>((max_chunk_bytes_ + split_covers - 1) / split_covers);
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
-  cudaError_t e = cudaSuccess;
-  auto launch = [&e](cudaError_t r) {
-    if (e == cudaSuccess) e = r;
-  };
-  auto fail = [&](cudaError_t r) { return Fail(ws, max_chunks_, r, stream); };
-  launch(Launch(fusable ? SplitKernel<true> : SplitKernel<false>, dim3(split_blocks, count), kSplitWarps * 32,
-                kSplitShared, stream, chunks, status, sizes, ws, split_per_warp, split_subs_log2));
-  if (channel_groups) {
-    launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), stream, status, ws));
-    launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, stream, status, ws));
-  }
-  launch(Launch(PlanKernel, count, 256, 0, stream, chunks, status, ws));
-  if (e != cudaSuccess) return fail(e);
-  if (split != nullptr && split->planned != nullptr) {
-    if (const cudaError_t r = cudaEventRecord(split->planned, stream); r != cudaSuccess) return fail(r);
-  }
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
-  if (!one_pass_only) {
-    launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
-                  tile_warps * 32, 0, stream, status, ws));
-  }
-  if (fusable) {
-    launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
-  }
-  launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, stream, chunks, status, sizes, ws));
-  if (e != cudaSuccess) return fail(e);
-  return cudaGetLastError();
+  const cudaEvent_t planned = split != nullptr ? split->planned : nullptr;
+  auto launches = [&](cudaStream_t s) {
+    cudaError_t e = cudaSuccess;
+    auto launch = [&e](cudaError_t r) {
+      if (e == cudaSuccess) e = r;
+    };
+    auto fail = [&](cudaError_t r) { return Fail(ws, max_chunks_, r, s); };
+    launch(Launch(fusable ? SplitKernel<true> : SplitKernel<false>, dim3(split_blocks, count), kSplitWarps * 32,
+                  kSplitShared, s, chunks, status, sizes, ws, split_per_warp, split_subs_log2));
+    if (channel_groups) {
+      launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), s, status, ws));
+      launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, s, status, ws));
+    }
+    launch(Launch(PlanKernel, count, 256, 0, s, chunks, status, ws));
+    if (e != cudaSuccess) return fail(e);
+    if (planned != nullptr) {
+      // Into a graph (CallGraphs, or a caller's capture) as an event record
+      // node of its own (cudaEventRecordExternal, which only a capture takes).
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: cleared, so that the call's result is the launches'
+        capturing = cudaStreamCaptureStatusNone;
+      }
+      const cudaError_t r = capturing == cudaStreamCaptureStatusActive
+                                ? cudaEventRecordWithFlags(planned, s, cudaEventRecordExternal)
+                                : cudaEventRecord(planned, s);
+      if (r != cudaSuccess) return fail(r);
+    }
+    if (!one_pass_only) {
+      launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
+                    tile_warps * 32, 0, s, status, ws));
+    }
+    if (fusable) {
+      launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, status, ws));
+    }
+    launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
+    if (e != cudaSuccess) return fail(e);
+    return cudaGetLastError();
+  };
+  const uint64_t flags = (channel_groups ? 1u : 0u) | (one_pass_only ? 2u : 0u) | (split != nullptr ? 4u : 0u) |
+                         (planned != nullptr ? 8u : 0u);
+  const CallGraphs::Key key = {2 | flags << 8,
+                               reinterpret_cast<uintptr_t>(chunks),
+                               static_cast<uint64_t>(count),
+                               reinterpret_cast<uintptr_t>(sizes),
+                               reinterpret_cast<uintptr_t>(status),
+                               reinterpret_cast<uintptr_t>(ws.estimate)};
+  return graphs_->Run(key, stream, planned, launches);
 }
 
 cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
@@ -1789,15 +1815,20 @@ cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int cou
   ws.groups = 1;  // a chunk asking for channel groups is coded order-0 here, as the CPU does with a table
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
-  cudaError_t e = cudaSuccess;
-  auto launch = [&e](cudaError_t r) {
-    if (e == cudaSuccess) e = r;
+  auto launches = [&](cudaStream_t s) {
+    cudaError_t e = cudaSuccess;
+    auto launch = [&e](cudaError_t r) {
+      if (e == cudaSuccess) e = r;
+    };
+    launch(Launch(ReuseKernel, count, 256, 0, s, chunks, status, sizes, ws));
+    launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, status, ws));
+    launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
+    if (e != cudaSuccess) return Fail(ws, max_chunks_, e, s);
+    return cudaGetLastError();
   };
-  launch(Launch(ReuseKernel, count, 256, 0, stream, chunks, status, sizes, ws));
-  launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, stream, status, ws));
-  launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, stream, chunks, status, sizes, ws));
-  if (e != cudaSuccess) return Fail(ws, max_chunks_, e, stream);
-  return cudaGetLastError();
+  const CallGraphs::Key key = {3, reinterpret_cast<uintptr_t>(chunks), static_cast<uint64_t>(count),
+                               reinterpret_cast<uintptr_t>(sizes), reinterpret_cast<uintptr_t>(status)};
+  return graphs_->Run(key, stream, nullptr, launches);
 }
 
 }  // namespace kvferry::codec::cuda

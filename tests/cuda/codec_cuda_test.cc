@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iterator>
@@ -391,6 +392,39 @@ TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
   SCOPED_TRACE("the decoder's next call, every chunk good");
   for (auto& c : b.chunks) c = good;
   ExpectDecodesBitExact(b, NoSkew, dec->get());
+}
+
+// Chunks without coded tiles still have their checksum compared: an empty
+// chunk's (no tiles at all) and a STORED chunk's (copied in pieces), each
+// with its header's checksum flipped, fail; their good copies decode.
+TEST_F(CudaCodec, ChecksumsOfEmptyAndStoredChunksAreCompared) {
+  std::mt19937 rng(5);
+  std::vector<uint8_t> noise(100000);  // does not shrink: STORED, 7 pieces of 16 KiB
+  for (auto& v : noise) v = static_cast<uint8_t>(rng());
+  Batch b;
+  std::vector<int32_t> want;
+  for (const std::vector<uint8_t>& in : {std::vector<uint8_t>(), noise}) {
+    const auto good = EncodeCpu(EncodeOptions{}, in);
+    const auto info = Inspect(good.data(), good.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_TRUE(info->stored || in.empty());
+    for (bool flip : {false, true}) {
+      auto c = good;
+      if (flip) c[56] ^= 0x10;  // the header's checksum
+      b.inputs.push_back(in);
+      b.chunks.push_back(std::move(c));
+      want.push_back(flip ? cuda::kChecksum : cuda::kOk);
+    }
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> outs;
+  DecodeOnGpu(b, &status, &outs);
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(status[k], want[k]) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
+    if (want[k] == cuda::kOk) {
+      EXPECT_TRUE(outs[k] == b.inputs[k]) << "chunk " << k << " differs";
+    }
+  }
 }
 
 // Every byte of the header and of the section between the raw plane and the
@@ -1060,6 +1094,137 @@ void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
   cudaFree(dh);
   cudaFree(dstatus);
   cudaFree(dsizes);
+}
+
+// A coder launches each call as a CUDA graph, one per argument set
+// (CallGraphs). Calls with the same arguments replay it and still give the
+// CPU's bytes after the data changes; a split-send call's event is recorded
+// by the replayed graph (each call's own event); more argument sets than a
+// coder holds drop the least recently used; a call on a stream the caller is
+// capturing goes into the caller's graph, which then decodes.
+TEST_F(CudaCodec, CallsReplayTheirGraphs) {
+  // KVFERRY_CUDA_GRAPHS=0 turns the graphs off: the calls must work the same, with none held.
+  const char* env = std::getenv("KVFERRY_CUDA_GRAPHS");
+  const size_t on = env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+  const size_t n = 48 * 1024;  // elements
+  const std::vector<uint8_t> inputs[2] = {KvLike(DType::kBF16, n, 512, 1), KvLike(DType::kBF16, n, 512, 2)};
+  const size_t bytes = inputs[0].size(), cap = MaxSplitEncodedBytes(bytes);
+  auto enc = cuda::Encoder::Create(1, bytes);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  uint8_t *in = nullptr, *out = nullptr, *dec_out = nullptr;
+  cuda::EncodeChunk* dchunk = nullptr;
+  uint64_t *dsize = nullptr, *destimate = nullptr;
+  int32_t* dstatus = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&in), bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&out), cap));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dec_out), bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dchunk), sizeof(cuda::EncodeChunk)));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsize), 8));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&destimate), 8));
+  // Status words for the decoder's calls below: one per descriptor.
+  constexpr int kSets = static_cast<int>(cuda::CallGraphsHeld) + 4;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 4 * (kSets + 1)));
+  cuda::EncodeChunk h;
+  h.in.data = in;
+  h.bytes = bytes;
+  h.dtype = static_cast<uint8_t>(DType::kBF16);
+  h.out = out;
+  h.out_capacity = cap;
+  h.allow_stored = 0;  // as split-send calls need
+  CUDA_OK(cudaMemcpy(dchunk, &h, sizeof(h), cudaMemcpyHostToDevice));
+  auto encode_and_check = [&](int which, const cuda::SplitPoint* split) {
+    CUDA_OK(cudaMemcpy(in, inputs[which].data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK((*enc)->EncodeAsync(dchunk, 1, dsize, dstatus, nullptr, split));
+    CUDA_OK(cudaDeviceSynchronize());
+    int32_t status = -1;
+    uint64_t size = 0;
+    CUDA_OK(cudaMemcpy(&status, dstatus, 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(status, cuda::kOk);
+    std::vector<uint8_t> chunk(size);
+    CUDA_OK(cudaMemcpy(chunk.data(), out, size, cudaMemcpyDeviceToHost));
+    const auto cpu = EncodeCpu(EncodeOptions{}, inputs[which]);  // KV-like data: never STORED
+    EXPECT_TRUE(chunk == cpu) << "input " << which << ": " << FirstDifference(chunk, cpu);
+  };
+  for (int which : {0, 1, 0}) encode_and_check(which, nullptr);
+  EXPECT_EQ((*enc)->graphs(), on * 1);
+  // Split-send, twice, each call with an event of its own: each is recorded
+  // (the elapsed time from an event recorded before the call exists only
+  // then).
+  cudaEvent_t before[2], planned[2];
+  for (int k = 0; k < 2; ++k) {
+    CUDA_OK(cudaEventCreate(&before[k]));
+    CUDA_OK(cudaEventCreate(&planned[k]));
+  }
+  for (int k = 0; k < 2; ++k) {
+    cuda::SplitPoint split{planned[k], destimate};
+    CUDA_OK(cudaEventRecord(before[k], nullptr));
+    encode_and_check(1 - k, &split);
+    float ms = -1;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, before[k], planned[k]), cudaSuccess) << "call " << k << "'s event";
+    EXPECT_GE(ms, 0.0f);
+  }
+  EXPECT_EQ((*enc)->graphs(), on * 2);
+  for (int k = 0; k < 2; ++k) {
+    cudaEventDestroy(before[k]);
+    cudaEventDestroy(planned[k]);
+  }
+  // The decoder: kSets descriptors (as many argument sets), each of the
+  // last chunk, then the first again; every call bit-exact.
+  int32_t status = -1;
+  uint64_t size = 0;
+  CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
+  auto dec = cuda::Decoder::Create(1, bytes);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  cuda::DeviceChunk* ddesc = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&ddesc), sizeof(cuda::DeviceChunk) * kSets));
+  cuda::DeviceChunk d;
+  d.data = out;
+  d.bytes = size;
+  d.out.data = dec_out;
+  d.out_capacity = bytes;
+  for (int k = 0; k < kSets; ++k) CUDA_OK(cudaMemcpy(ddesc + k, &d, sizeof(d), cudaMemcpyHostToDevice));
+  std::vector<uint8_t> got(bytes);
+  auto check_decoded = [&](int k, const char* what) {
+    CUDA_OK(cudaMemcpy(&status, dstatus + k, 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got.data(), dec_out, bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(status, cuda::kOk) << what << " " << k;
+    EXPECT_TRUE(got == inputs[0]) << what << " " << k << " differs";
+  };
+  for (int k : [] {
+         std::vector<int> order(kSets);
+         for (int j = 0; j < kSets; ++j) order[j] = j;
+         order.push_back(0);
+         return order;
+       }()) {
+    CUDA_OK(cudaMemset(dec_out, 0xee, bytes));
+    CUDA_OK((*dec)->DecodeAsync(ddesc + k, 1, dstatus + k, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    check_decoded(k, "argument set");
+  }
+  EXPECT_EQ((*dec)->graphs(), on * cuda::CallGraphsHeld);
+  // Into the caller's capture: nothing runs until the caller's graph does.
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaMemset(dec_out, 0xee, bytes));
+  CUDA_OK(cudaMemset(dstatus + kSets, 0xff, 4));
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const cudaError_t launched = (*dec)->DecodeAsync(ddesc, 1, dstatus + kSets, s);
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(launched);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(&status, dstatus + kSets, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status, -1) << "the captured call ran before its graph";
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  check_decoded(kSets, "the caller's graph, status slot");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  for (void* p : std::initializer_list<void*>{in, out, dec_out, dchunk, dsize, destimate, dstatus, ddesc}) cudaFree(p);
 }
 
 // Twice: on an encoder sized for the input, and on one sized for chunks that
