@@ -1074,7 +1074,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) sh.key[k] = checksum::Key(k);
   // A small call's one-table chunk: the block's directory sums before Parse
   // is done (SumGuessedDirectory; 0: not found). Measured on an H100: one 4
-  // MiB chunk 21.7-22.0 -> 21.0-21.1 us. The other instance spills about
+  // MiB chunk 21.8-22.0 -> 21.1-21.3 us. The other instance spills about
   // ten times more with it (64 MiB decode 1094-1103 -> 930-939 GB/s).
   uint64_t guessed_dir = 0;
   if constexpr (kSmall) guessed_dir = SumGuessedDirectory(chunks + c, passes, &sh);

@@ -430,43 +430,64 @@ TEST_F(CudaCodec, ChecksumsOfEmptyAndStoredChunksAreCompared) {
 // Every byte of the header and of the section between the raw plane and the
 // first tiles (channel map, tables, directory, padding), corrupted one at a
 // time: the GPU decoder accepts a chunk exactly when the CPU decoder does,
-// and then only with the original bytes.
+// and then only with the original bytes. A chunk with channel groups and a
+// one-table chunk, each in one call of all the corrupted copies and in calls
+// of one chunk (the small-call Decode instance, whose blocks read a one-table
+// chunk's directory place from its header before Parse has checked it).
 TEST_F(CudaCodec, HeaderAndSectionCorruptionsAreJudgedAsTheCpuJudgesThem) {
-  EncodeOptions o;
-  o.layout = {0, 4, 64};
   auto in = KvLike(DType::kBF16, 2 * kMaxTileSymbols + 77, 256, 5);
-  auto good = EncodeCpu(o, in);
-  ASSERT_GT(good.size(), 64u);
-  uint64_t raw_plane = 0;
-  std::memcpy(&raw_plane, good.data() + 40, 8);
-  std::vector<size_t> at;
-  for (size_t k = 0; k < 64; ++k) at.push_back(k);
-  for (size_t k = 64 + raw_plane; k < std::min(good.size(), 64 + raw_plane + 256 + 2048); ++k) at.push_back(k);
-  Batch b;
-  std::vector<bool> cpu_ok;
-  std::mt19937 rng(3);
-  for (size_t k : at) {
-    auto bad = good;
-    bad[k] ^= static_cast<uint8_t>(1u << (rng() % 8));
-    std::vector<uint8_t> out(in.size());
-    auto n = Decode(bad.data(), bad.size(), out.data(), out.size());
-    cpu_ok.push_back(n.ok() && *n == in.size() && out == in);
-    b.inputs.push_back(in);
-    b.chunks.push_back(bad);
-  }
-  std::vector<int32_t> status;
-  std::vector<std::vector<uint8_t>> outs;
-  DecodeOnGpu(b, &status, &outs);
-  int rejected = 0;
-  for (size_t k = 0; k < at.size(); ++k) {
-    EXPECT_EQ(status[k] == 0, cpu_ok[k]) << "byte " << at[k] << ": GPU status " << status[k];
-    if (status[k] == 0) {
-      EXPECT_TRUE(outs[k] == in) << "byte " << at[k] << " corrupted, decoded OK to different bytes";
-    } else {
-      ++rejected;
+  EncodeOptions grouped, order0;
+  grouped.layout = {0, 4, 64};
+  for (const EncodeOptions* o : {&grouped, &order0}) {
+    auto good = EncodeCpu(*o, in);
+    ASSERT_GT(good.size(), 64u);
+    auto info = Inspect(good.data(), good.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    SCOPED_TRACE(info->tables > 1 ? "channel groups" : "one table");
+    uint64_t raw_plane = 0;
+    std::memcpy(&raw_plane, good.data() + 40, 8);
+    std::vector<size_t> at;
+    for (size_t k = 0; k < 64; ++k) at.push_back(k);
+    for (size_t k = 64 + raw_plane; k < std::min(good.size(), 64 + raw_plane + 256 + 2048); ++k) at.push_back(k);
+    Batch b;
+    std::vector<bool> cpu_ok;
+    std::mt19937 rng(3);
+    for (size_t k : at) {
+      auto bad = good;
+      bad[k] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      std::vector<uint8_t> out(in.size());
+      auto n = Decode(bad.data(), bad.size(), out.data(), out.size());
+      cpu_ok.push_back(n.ok() && *n == in.size() && out == in);
+      b.inputs.push_back(in);
+      b.chunks.push_back(bad);
+    }
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> outs;
+    DecodeOnGpu(b, &status, &outs);
+    int rejected = 0;
+    for (size_t k = 0; k < at.size(); ++k) {
+      EXPECT_EQ(status[k] == 0, cpu_ok[k]) << "byte " << at[k] << ": GPU status " << status[k];
+      if (status[k] == 0) {
+        EXPECT_TRUE(outs[k] == in) << "byte " << at[k] << " corrupted, decoded OK to different bytes";
+      } else {
+        ++rejected;
+      }
+    }
+    EXPECT_GT(rejected, static_cast<int>(at.size()) / 2);
+    // One chunk a call: the header, the table section's first bytes and
+    // every 7th byte after them.
+    auto one = cuda::Decoder::Create(1, in.size());
+    ASSERT_TRUE(one.ok()) << one.status();
+    for (size_t k = 0; k < at.size(); ++k) {
+      if (at[k] >= 64 + raw_plane + 64 && at[k] % 7 != 0) continue;
+      Batch single;
+      single.inputs.push_back(in);
+      single.chunks.push_back(b.chunks[k]);
+      DecodeOnGpu(single, &status, &outs, NoSkew, one->get());
+      EXPECT_EQ(status[0] == 0, cpu_ok[k]) << "byte " << at[k] << " alone: GPU status " << status[0];
+      if (status[0] == 0) EXPECT_TRUE(outs[0] == in) << "byte " << at[k] << " alone: different bytes";
     }
   }
-  EXPECT_GT(rejected, static_cast<int>(at.size()) / 2);
 }
 
 struct EncodeCase {
