@@ -62,6 +62,79 @@ __device__ __forceinline__ void PublishState(const ChunkState& s, ChunkState* ds
 // the state in shared memory and the directory's padding loaded early,
 // against the state read back from the workspace.
 constexpr uint32_t kParseThreads = 1024;
+// Parse's rest for a chunk of one table (no channel groups), by warp 0
+// alone, without the block's barriers: the table header and sizes checked,
+// the frequencies (8 symbols a lane) scanned, the slot table built (8 slots a
+// lane), the state published; the directory padding loaded first and
+// checked last. The table section is in `window` (window_bytes of it, from
+// chunk offset tables_at).
+__device__ __forceinline__ void ParseOneTable(const DeviceChunk& ch, int32_t* status, const Workspace& ws, int c,
+                                              uint64_t tables_at, const uint8_t* window, uint32_t window_bytes) {
+  ChunkState& s = SharedState();
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t lo = window_bytes >= 4 ? Ld16(window) : 0, count = window_bytes >= 4 ? Ld16(window + 2) : 0;
+  const uint32_t off = 4 + 2 * count;
+  const uint64_t dir = tables_at + off, end = dir + 4ull * s.tiles, start = end + (4 - end % 4) % 4;
+  if (window_bytes < 4 || lo + count > (1u << s.exp_bits) || off > window_bytes || start > ch.bytes) {
+    if (lane == 0) status[c] = kBadSection;
+    return;
+  }
+  const uint32_t pad = lane == 0 ? LdBytes(ch.data + end, static_cast<uint32_t>(start - end)) : 0;
+  __shared__ uint16_t freq[256], cums[257];
+  uint32_t f[8], mine = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) {
+    const uint32_t sym = 8 * lane + k;
+    f[k] = sym >= lo && sym < lo + count ? Ld16(window + 4 + 2 * (sym - lo)) : 0;
+    mine += f[k];
+  }
+  const uint32_t incl = WarpInclusiveScan(mine);
+  if (__shfl_sync(0xffffffffu, incl, 31) != kM) {  // a table's frequencies sum to kM
+    if (lane == 0) status[c] = kBadSection;
+    return;
+  }
+  uint32_t cum = incl - mine;
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) {
+    freq[8 * lane + k] = static_cast<uint16_t>(f[k]);
+    cums[8 * lane + k] = static_cast<uint16_t>(cum);
+    cum += f[k];
+  }
+  if (lane == 0) {
+    cums[256] = kM;
+    s.dir_off = dir;
+    s.tiles_start = start;
+    s.bytes = ch.bytes;
+  }
+  __syncwarp();
+  // Slots 8 lane .. 8 lane + 7: the first one's symbol by binary search (the
+  // largest symbol whose cum is <= the slot: empty symbols are skipped), then
+  // a walk forward.
+  const uint32_t slot0 = 8 * lane;
+  uint32_t a = 0, b = 255;
+  while (a < b) {
+    const uint32_t mid = (a + b + 1) / 2;
+    if (cums[mid] <= slot0) {
+      a = mid;
+    } else {
+      b = mid - 1;
+    }
+  }
+  uint32_t v[8];
+#pragma unroll
+  for (uint32_t q = 0; q < 8; ++q) {
+    const uint32_t slot = slot0 + q;
+    while (a < 255 && cums[a + 1] <= slot) ++a;
+    v[q] = (static_cast<uint32_t>(freq[a]) - 1) | a << 12 | (slot - cums[a]) << 20;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(ws.tables[c] + slot0);
+  dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+  static_assert(sizeof(ChunkState) / 8 <= 32 && kM == 256, "a warp publishes the state and builds the slot table");
+  PublishState(s, &ws.state[c]);
+  if (lane == 0) status[c] = pad != 0 ? kBadSection : kOk;
+}
+
 __global__ void __launch_bounds__(kParseThreads)
     ParseKernel(const DeviceChunk* chunks, int32_t* status, Workspace ws, uint32_t max_tiles) {
   WaitForPrevious();
@@ -203,6 +276,10 @@ __global__ void __launch_bounds__(kParseThreads)
     }
   }
   __syncthreads();
+  if (s.tables == 1 && !(s.flags & kGroups)) {  // uniform: Parse's state is final up to here
+    if (threadIdx.x < 32) ParseOneTable(ch, status, ws, c, tables_at, window, window_bytes);
+    return;
+  }
   if (threadIdx.x == 0) {
     uint32_t off = 0;
     for (uint32_t t = 0; t < s.tables; ++t) {
