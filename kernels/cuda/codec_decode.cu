@@ -56,7 +56,8 @@ __device__ __forceinline__ void PublishState(const ChunkState& s, ChunkState* ds
 
 // One block per chunk: checks the header and sections and builds the decode
 // tables; it finds the tile directory, which each Decode block sums up to its
-// own tiles (SumDirectory). 1024 threads: the table section comes in at up
+// own tiles (SumDirectory). A one-table chunk's tables are finished by warp 0
+// alone once the table section is in (ParseOneTable). 1024 threads: the table section comes in at up
 // to 9 bytes a thread, the slot table is built 4 slots a thread. Measured
 // on an H100 (ncu): 7.9 -> 7.3 us at 4 MiB, 8.3 -> 8.0 us at 64 MiB with
 // the state in shared memory and the directory's padding loaded early,
@@ -67,7 +68,9 @@ constexpr uint32_t kParseThreads = 1024;
 // the frequencies (8 symbols a lane) scanned, the slot table built (8 slots a
 // lane), the state published; the directory padding loaded first and
 // checked last. The table section is in `window` (window_bytes of it, from
-// chunk offset tables_at).
+// chunk offset tables_at). Measured on an H100 against the block's general
+// path (four barriers, thread 0 parsing the table headers): bf16 64 MiB
+// decode 1089-1095 -> 1100-1108 GB/s, one 4 MiB chunk 21.4-21.9 -> 20.6-20.8 us.
 __device__ __forceinline__ void ParseOneTable(const DeviceChunk& ch, int32_t* status, const Workspace& ws, int c,
                                               uint64_t tables_at, const uint8_t* window, uint32_t window_bytes) {
   ChunkState& s = SharedState();

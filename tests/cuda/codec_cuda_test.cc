@@ -385,7 +385,9 @@ TEST_F(CudaCodec, ChecksumsCatchAFlippedRawByteInAnyBlockOfALargeChunk) {
   DecodeOnGpu(b, &status, &outs, NoSkew, dec->get());
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(status[k], want[k]) << "chunk " << k << ": " << cuda::ToStatus(status[k]);
-    if (want[k] == cuda::kOk) EXPECT_TRUE(outs[k] == in) << "chunk " << k << " differs";
+    if (want[k] == cuda::kOk) {
+      EXPECT_TRUE(outs[k] == in) << "chunk " << k << " differs";
+    }
   }
   // The same decoder's next call, every chunk good: nothing of the failed
   // chunks' sums or verdicts is left in their slots.
@@ -485,7 +487,9 @@ TEST_F(CudaCodec, HeaderAndSectionCorruptionsAreJudgedAsTheCpuJudgesThem) {
       single.chunks.push_back(b.chunks[k]);
       DecodeOnGpu(single, &status, &outs, NoSkew, one->get());
       EXPECT_EQ(status[0] == 0, cpu_ok[k]) << "byte " << at[k] << " alone: GPU status " << status[0];
-      if (status[0] == 0) EXPECT_TRUE(outs[0] == in) << "byte " << at[k] << " alone: different bytes";
+      if (status[0] == 0) {
+        EXPECT_TRUE(outs[0] == in) << "byte " << at[k] << " alone: different bytes";
+      }
     }
   }
 }
