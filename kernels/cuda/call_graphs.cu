@@ -35,7 +35,7 @@ bool CallGraphs::Record(const Launches& launches, Graph* g) {
     cudaGetLastError();
     return false;
   }
-  const cudaError_t launched = launches(record_);
+  const cudaError_t launched = launches(record_, true);
   const cudaError_t ended = cudaStreamEndCapture(record_, &g->graph);
   bool ok = launched == cudaSuccess && ended == cudaSuccess && g->graph != nullptr;
   if (ok) ok = cudaGraphInstantiate(&g->exec, g->graph, 0) == cudaSuccess;
@@ -58,11 +58,13 @@ bool CallGraphs::Record(const Launches& launches, Graph* g) {
 }
 
 cudaError_t CallGraphs::Run(const Key& key, cudaStream_t stream, cudaEvent_t event, const Launches& launches) {
-  if (!enabled_) return launches(stream);
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return launches(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: cleared, so that the call's result is the launches'
+    capture = cudaStreamCaptureStatusNone;
+  }
+  if (!enabled_ || capture != cudaStreamCaptureStatusNone) {
+    return launches(stream, capture == cudaStreamCaptureStatusActive);
   }
   auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.key == key; });
   if (it == graphs_.end()) {
@@ -70,7 +72,7 @@ cudaError_t CallGraphs::Run(const Key& key, cudaStream_t stream, cudaEvent_t eve
     g.key = key;
     // No graph (the launches failed, or the capture did): the launches run
     // as they are, and return their own error if they have one.
-    if (!Record(launches, &g)) return launches(stream);
+    if (!Record(launches, &g)) return launches(stream, false);
     if (graphs_.size() == kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.used < b.used; });

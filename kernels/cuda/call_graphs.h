@@ -29,8 +29,9 @@ namespace kvferry::codec::cuda {
 class CallGraphs {
  public:
   using Key = std::array<uint64_t, 8>;
-  // Launches of one call on a stream; returns the first error.
-  using Launches = std::function<cudaError_t(cudaStream_t)>;
+  // Launches of one call on a stream; returns the first error. `capturing`:
+  // the stream is being captured into a graph (this one's or a caller's).
+  using Launches = std::function<cudaError_t(cudaStream_t stream, bool capturing)>;
 
   // KVFERRY_CUDA_GRAPHS=0 in the environment turns the graphs off: every
   // call launches its kernels one by one (for comparison and debugging).
@@ -41,9 +42,9 @@ class CallGraphs {
 
   // Runs `launches` on `stream`: from the graph recorded for `key`, recorded
   // now (on a stream of its own) if there is none. `event`, if not null, is
-  // the one event the launches record (cudaEventRecordWithFlags with
-  // cudaEventRecordExternal); it is set in the graph at each launch, so it
-  // is not part of the key. Where `stream` is being captured into a graph
+  // the one event the launches record (when capturing, with
+  // cudaEventRecordWithFlags and cudaEventRecordExternal); it is set in the
+  // graph at each launch, so it is not part of the key. Where `stream` is being captured into a graph
   // of the caller's, or no graph can be recorded (this includes launches
   // that fail), the launches run directly on `stream` and their own error
   // is returned.

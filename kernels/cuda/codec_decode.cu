@@ -63,6 +63,30 @@ __device__ __forceinline__ void PublishState(const ChunkState& s, ChunkState* ds
 // the state in shared memory and the directory's padding loaded early,
 // against the state read back from the workspace.
 constexpr uint32_t kParseThreads = 1024;
+// Slot table entries [slot0, slot0 + N) of a table from its frequencies and
+// cumulative counts (cum[256] = kM): the first slot's symbol by binary
+// search (the largest symbol whose cum is <= the slot), then a walk forward;
+// both skip empty symbols. Entry: (freq - 1) | symbol << 12 | (slot - cum) << 20.
+template <uint32_t N>
+__device__ __forceinline__ void SlotEntries(const uint16_t* freq, const uint16_t* cum, uint32_t slot0,
+                                            uint32_t (&v)[N]) {
+  uint32_t a = 0, b = 255;
+  while (a < b) {
+    const uint32_t mid = (a + b + 1) / 2;
+    if (cum[mid] <= slot0) {
+      a = mid;
+    } else {
+      b = mid - 1;
+    }
+  }
+#pragma unroll
+  for (uint32_t q = 0; q < N; ++q) {
+    const uint32_t slot = slot0 + q;
+    while (a < 255 && cum[a + 1] <= slot) ++a;
+    v[q] = (static_cast<uint32_t>(freq[a]) - 1) | a << 12 | (slot - cum[a]) << 20;
+  }
+}
+
 // Parse's rest for a chunk of one table (no channel groups), by warp 0
 // alone, without the block's barriers: the table header and sizes checked,
 // the frequencies (8 symbols a lane) scanned, the slot table built (8 slots a
@@ -110,26 +134,9 @@ __device__ __forceinline__ void ParseOneTable(const DeviceChunk& ch, int32_t* st
     s.bytes = ch.bytes;
   }
   __syncwarp();
-  // Slots 8 lane .. 8 lane + 7: the first one's symbol by binary search (the
-  // largest symbol whose cum is <= the slot: empty symbols are skipped), then
-  // a walk forward.
-  const uint32_t slot0 = 8 * lane;
-  uint32_t a = 0, b = 255;
-  while (a < b) {
-    const uint32_t mid = (a + b + 1) / 2;
-    if (cums[mid] <= slot0) {
-      a = mid;
-    } else {
-      b = mid - 1;
-    }
-  }
+  const uint32_t slot0 = 8 * lane;  // slots 8 lane .. 8 lane + 7
   uint32_t v[8];
-#pragma unroll
-  for (uint32_t q = 0; q < 8; ++q) {
-    const uint32_t slot = slot0 + q;
-    while (a < 255 && cums[a + 1] <= slot) ++a;
-    v[q] = (static_cast<uint32_t>(freq[a]) - 1) | a << 12 | (slot - cums[a]) << 20;
-  }
+  SlotEntries(freq, cums, slot0, v);
   uint4* dst = reinterpret_cast<uint4*>(ws.tables[c] + slot0);
   dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
@@ -365,34 +372,13 @@ __global__ void __launch_bounds__(kParseThreads)
     if (threadIdx.x == 0) status[c] = err;
     return;
   }
-  // The symbol whose range holds `slot` in table t: the largest non-empty
-  // symbol whose cum is <= slot (binary search).
-  auto symbol_at = [&](uint32_t t, uint32_t slot) {
-    uint32_t lo = 0, hi = 255;
-    while (lo < hi) {
-      const uint32_t mid = (lo + hi + 1) / 2;
-      if (scum[t][mid] <= slot) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return lo;
-  };
   // The slot tables (ws.tables[c] for one table, ws.groups[c] for several),
-  // 4 consecutive slots a thread, written at once; the first slot's symbol
-  // by binary search, then a walk forward. An empty table's entries are
-  // never looked up (no element's channel maps to it: checked above).
+  // 4 consecutive slots a thread, written at once. An empty table's entries
+  // are never looked up (no element's channel maps to it: checked above).
   for (uint32_t k = 4 * threadIdx.x; k < s.tables * kM; k += 4 * blockDim.x) {
     const uint32_t t = k / kM, slot0 = k % kM;
     uint32_t v[4];
-    uint32_t sym = symbol_at(t, slot0);
-#pragma unroll
-    for (uint32_t q = 0; q < 4; ++q) {
-      const uint32_t slot = slot0 + q;
-      while (sym < 255 && scum[t][sym + 1] <= slot) ++sym;  // skips empty symbols, as the search does
-      v[q] = (static_cast<uint32_t>(sfreq[t][sym]) - 1) | sym << 12 | (slot - scum[t][sym]) << 20;
-    }
+    SlotEntries(sfreq[t], scum[t], slot0, v);
     uint32_t* dst = s.tables == 1 ? ws.tables[c] : ws.groups[c].slots[t];
     *reinterpret_cast<uint4*>(dst + slot0) = make_uint4(v[0], v[1], v[2], v[3]);
   }
@@ -1181,11 +1167,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t groups = (s.tiles + warps - 1) / warps, span = two ? (groups + 1) / 2 : groups;
   if (blockIdx.x >= span) return;
   const uint32_t own_passes = two && blockIdx.x + span < groups ? 2 : 1;
-  if (!(s.flags & kStored) && guessed_dir != s.dir_off) {
-    for (uint32_t p = 0; p < own_passes; ++p) {
-      SumDirectory(in + s.dir_off, s.tiles, (blockIdx.x + p * span) * warps, warps, sh.dir_low[p], sh.dir_own[p]);
-    }
-  }
+  if (!(s.flags & kStored) && guessed_dir != s.dir_off) SumBlockDirectory(in + s.dir_off, s.tiles, two, &sh);
   // A grouped chunk's tables into shared memory, 16 bytes at a time.
   if (!(s.flags & kStored) && s.tables > 1) {
     copy16(reinterpret_cast<uint4*>(&sh.groups), reinterpret_cast<const uint4*>(&ws.groups[c]),
@@ -1328,7 +1310,7 @@ cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* 
   const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const uint32_t groups = (max_tiles_ + warps - 1) / warps;
   const uint32_t passes = static_cast<uint64_t>(count) * groups > static_cast<uint64_t>(resident_) ? 2 : 1;
-  auto launches = [&](cudaStream_t s) {
+  auto launches = [&](cudaStream_t s, bool) {
     cudaError_t e = Launch(ParseKernel, count, kParseThreads, 0, s, chunks, status, ws, max_tiles_);
     if (e == cudaSuccess) {
       e = Launch(warps < kWarpsPerBlock ? DecodeKernel<true> : DecodeKernel<false>, dim3(groups, count), warps * 32,

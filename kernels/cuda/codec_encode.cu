@@ -1759,7 +1759,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
   const cudaEvent_t planned = split != nullptr ? split->planned : nullptr;
-  auto launches = [&](cudaStream_t s) {
+  auto launches = [&](cudaStream_t s, bool capturing) {
     cudaError_t e = cudaSuccess;
     auto launch = [&e](cudaError_t r) {
       if (e == cudaSuccess) e = r;
@@ -1776,14 +1776,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     if (planned != nullptr) {
       // Into a graph (CallGraphs, or a caller's capture) as an event record
       // node of its own (cudaEventRecordExternal, which only a capture takes).
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess) {
-        cudaGetLastError();  // not sticky: cleared, so that the call's result is the launches'
-        capturing = cudaStreamCaptureStatusNone;
-      }
-      const cudaError_t r = capturing == cudaStreamCaptureStatusActive
-                                ? cudaEventRecordWithFlags(planned, s, cudaEventRecordExternal)
-                                : cudaEventRecord(planned, s);
+      const cudaError_t r =
+          capturing ? cudaEventRecordWithFlags(planned, s, cudaEventRecordExternal) : cudaEventRecord(planned, s);
       if (r != cudaSuccess) return fail(r);
     }
     if (!one_pass_only) {
@@ -1797,8 +1791,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     if (e != cudaSuccess) return fail(e);
     return cudaGetLastError();
   };
-  const uint64_t flags = (channel_groups ? 1u : 0u) | (one_pass_only ? 2u : 0u) | (split != nullptr ? 4u : 0u) |
-                         (planned != nullptr ? 8u : 0u);
+  // (ws.estimate and `planned` are all a split point changes.)
+  const uint64_t flags = (channel_groups ? 1u : 0u) | (one_pass_only ? 2u : 0u) | (planned != nullptr ? 4u : 0u);
   const CallGraphs::Key key = {2 | flags << 8,
                                reinterpret_cast<uintptr_t>(chunks),
                                static_cast<uint64_t>(count),
@@ -1815,7 +1809,7 @@ cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int cou
   ws.groups = 1;  // a chunk asking for channel groups is coded order-0 here, as the CPU does with a table
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
-  auto launches = [&](cudaStream_t s) {
+  auto launches = [&](cudaStream_t s, bool) {
     cudaError_t e = cudaSuccess;
     auto launch = [&e](cudaError_t r) {
       if (e == cudaSuccess) e = r;

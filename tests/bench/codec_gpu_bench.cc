@@ -327,14 +327,17 @@ int Run(int argc, char** argv) {
         // Every chunk one-pass (the encoder refuses the promise otherwise).
         const bool one_pass = promise && !kv && !reuse && src.dtype == DType::kBF16 &&
                               sh.chunk_bytes >= 2 * plan::kSampleMinElements && sh.chunk_bytes % 4096 == 0;
-        auto encode = [&](int s) {
+        // An encode call of the mode on these descriptors, sizes and statuses.
+        auto encode_on = [&](const cuda::EncodeChunk* args, uint64_t* sizes, int32_t* st) {
           if (reuse) {
-            CHECK_CUDA((*enc)->EncodeReusingTablesAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
-                                                        dstatus + s * sh.chunks, stream));
+            CHECK_CUDA((*enc)->EncodeReusingTablesAsync(args, sh.chunks, sizes, st, stream));
           } else {
-            CHECK_CUDA((*enc)->EncodeAsync(dec_args + s * sh.chunks, sh.chunks, dsizes + s * sh.chunks,
-                                           dstatus + s * sh.chunks, stream, nullptr, /*channel_groups=*/kv, one_pass));
+            CHECK_CUDA(
+                (*enc)->EncodeAsync(args, sh.chunks, sizes, st, stream, nullptr, /*channel_groups=*/kv, one_pass));
           }
+        };
+        auto encode = [&](int s) {
+          encode_on(dec_args + s * sh.chunks, dsizes + s * sh.chunks, dstatus + s * sh.chunks);
         };
         auto decode = [&](int s) {
           CHECK_CUDA((*dec)->DecodeAsync(ddc_args + s * sh.chunks, sh.chunks, dstatus + s * sh.chunks, stream));
@@ -351,14 +354,7 @@ int Run(int argc, char** argv) {
           CHECK_CUDA(cudaMemcpyAsync(call_dec, ddc_args + s * sh.chunks, sizeof(dc[0]) * sh.chunks,
                                      cudaMemcpyDeviceToDevice, stream));
         };
-        auto encode_call = [&](int) {
-          if (reuse) {
-            CHECK_CUDA((*enc)->EncodeReusingTablesAsync(call_enc, sh.chunks, call_sizes, call_status, stream));
-          } else {
-            CHECK_CUDA((*enc)->EncodeAsync(call_enc, sh.chunks, call_sizes, call_status, stream, nullptr,
-                                           /*channel_groups=*/kv, one_pass));
-          }
-        };
+        auto encode_call = [&](int) { encode_on(call_enc, call_sizes, call_status); };
         auto decode_call = [&](int) { CHECK_CUDA((*dec)->DecodeAsync(call_dec, sh.chunks, call_status, stream)); };
         std::string check = "ok";
         if (reuse) {  // the planned call: set 0's inputs hold the other data for it
