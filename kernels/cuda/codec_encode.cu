@@ -88,6 +88,7 @@ struct Workspace {
   uint32_t max_tiles;
   uint32_t groups;  // the call may group channels (Rank and Hist16 run)
   uint32_t one_pass_only;  // the call said every chunk is fused (no Tiles instance for the others)
+  uint32_t self_plan;      // no Plan kernel: the small Tiles instance plans (SelfPlan)
 };
 
 // A kernel's copy of a chunk's plan in shared memory, for the one-block
@@ -1255,6 +1256,66 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
   return unseen;
 }
 
+// A self-planned call (Workspace::self_plan: small, order-0, no split
+// point, no chunk large enough to be sampled) has no Plan kernel: each block
+// of the small Tiles instance normalises the chunk's order-0 histogram
+// itself, the same table Plan would make (WarpNormalize), and its block 0
+// writes what Plan writes: the table into the chunk, the encode table (for
+// table reuse), the plan's table and section fields, the directory padding
+// and table_ok. Place clears the histogram once every block has read it.
+// For a coded chunk (status kOk, not STORED by Split) sets p.tables and
+// p.stored and leaves the entries (freq | cum << 16) in words[0, 256); word
+// 256 carries the STORED decision. The whole block calls it.
+__device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p, const Workspace& ws, uint32_t* words) {
+  uint32_t& stored = words[256];
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (!coded) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) ws.table_ok[c] = 0;
+    return;
+  }
+  if (warp == 0) {
+    uint64_t h[8];
+    for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
+    uint32_t f[8], run = 0;
+    WarpNormalize(h, f, nullptr);
+    const uint2 range = WarpTableRange(f);
+    for (int k = 0; k < 8; ++k) run += f[k];
+    uint32_t cum = WarpInclusiveScan(run) - run;
+    for (int k = 0; k < 8; ++k) {
+      words[8 * lane + k] = f[k] | cum << 16;
+      cum += f[k];
+    }
+    ChunkPlan q = p;
+    q.tables = 1;
+    q.shift = 0;
+    SetSections(q, kHeader + q.raw_plane + 4 + 2ull * range.y);
+    // As Plan: code only when the side sections leave room.
+    const bool s = q.tiles_off - kHeader >= q.bytes && (ch.allow_stored || q.raw_plane == 0);
+    if (blockIdx.x == 0) {
+      __syncwarp();
+      if (!s) {
+        WarpStoreTable(ch.out + kHeader + q.raw_plane, range, [words](uint32_t k) { return words[k] & 0xffff; });
+        for (int k = 0; k < 8; ++k) ws.enc[c * 4096ull + 8 * lane + k] = words[8 * lane + k];  // for table reuse
+      }
+      if (lane == 0) {
+        ChunkPlan& planned = ws.plan[c];
+        planned.tables = 1;
+        planned.shift = 0;
+        planned.stored = s;
+        planned.tables_bytes = q.tables_bytes;
+        planned.dir_off = q.dir_off;
+        planned.tiles_off = q.tiles_off;
+        if (q.tiles_off <= ch.out_capacity) ZeroDirectoryPadding(q, ch.out);
+        ws.table_ok[c] = s ? 0 : 1;
+      }
+    }
+    if (lane == 0) stored = s;
+  }
+  __syncthreads();
+  p.tables = 1;
+  p.stored = stored;
+}
+
 // Two instances: kFused codes the fused chunks (ChunkPlan::fused) of a call
 // and nothing else, the other all other chunks. Each has the registers its
 // own loop needs; launched only where a call may hold fused chunks (see
@@ -1267,18 +1328,62 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
 // Measured on an H100: one 1 MiB bf16 encode 41.6-42.3 -> 39.5-39.7 us,
 // one 4 MiB 43.5-44.7 -> 41.7-43.8 us.
 template <bool kFused, bool kSmall = false>
-__global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKernel(const int32_t* status, Workspace ws) {
-  WaitForPrevious();
+__global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
+    TilesKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
-  if (status[c] != kOk) return;
-  const ChunkPlan p = ws.plan[c];
-  // A fused chunk is never STORED before Tiles: its raw plane (n bytes) and
-  // directory leave room (Plan).
-  if (p.stored || p.fused != kFused) return;
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
-  if (blockIdx.x * warps >= p.tiles) return;
   __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 StepEntry; groups: uint2 {freq | cum << 16, rcp}
+  int32_t st;
+  ChunkPlan p;
+  uint32_t first[4] = {0, 0, 0, 0};  // kSmall: entries of table 0, a thread's (blockDim.x >= 64)
+  // Self-planned: the lane's carry and its 16 elements of the tile's last
+  // segment (pre, where they are whole), loaded while warp 0 plans.
+  uint32_t carry0 = 0;
+  uint4 pre[4];
+  bool have_pre = false;
+  WaitForPrevious();
+  st = status[c];
+  p = ws.plan[c];
+  if constexpr (kSmall) {
+    // Placed at once, Place's blocks wait beside these (they fit: a small
+    // call's blocks are at most one an SM).
+    LetNextStart();
+    if (ws.self_plan) {
+      const bool coded = st == kOk && !p.stored;  // uniform for the block
+      if (coded && tile < p.tiles && !p.fused) {
+        const uint32_t lane = threadIdx.x % 32;
+        const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
+        const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
+        const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
+        if (tile < p.carry_tiles) {
+          carry0 = reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
+                                                                    plan::kCarryBytes)[lane];
+        }
+        const uint64_t e = begin + 512ull * (segs - 1) + 16 * lane;
+        if (segs > 0 && e + 16 <= p.n) {
+          const uint4* src = reinterpret_cast<const uint4*>(p.in.At(e * p.e.bytes));
+#pragma unroll
+          for (uint32_t k = 0; k < 4; ++k) {
+            if (k < p.e.bytes) pre[k] = src[k];
+          }
+          have_pre = true;
+        }
+      }
+      // In the tables' space past table 0's entries (formed after these are read).
+      uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
+      SelfPlan(chunks[c], c, coded, p, ws, words);
+      if (coded && !p.stored) {
+        for (uint32_t u = 0; u < 4; ++u) {
+          const uint32_t i = threadIdx.x + u * blockDim.x;
+          if (i < 256) first[u] = words[i];
+        }
+      }
+    }
+  }
+  // A fused chunk is never STORED before Tiles: its raw plane (n bytes) and
+  // directory leave room (Plan).
+  if (st != kOk || p.stored || p.fused != kFused || blockIdx.x * warps >= p.tiles) return;
   uint2* enc = reinterpret_cast<uint2*>(tables);
   __shared__ alignas(16) uint8_t map[kMaxGroupedChannels];
   __shared__ uint4 stage[kTilesPerBlock][2][32];
@@ -1291,17 +1396,25 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
   }
   // Each entry's reciprocal is formed here, a division a thread, rather
   // than by the single Plan block, where 8 divisions a lane sat on its path.
+  auto put = [&](uint32_t i, uint32_t e) {
+    const uint32_t f = e & 0xffff;
+    const uint2 v = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
+    if (groups) {
+      enc[i] = v;
+    } else {
+      tables[i] = StepEntry(v);
+    }
+  };
+  const uint32_t loaded = kSmall && ws.self_plan ? 256 : 0;  // entries already in `first`
+  if (loaded != 0) {
+    for (uint32_t u = 0; u < 4; ++u) {
+      const uint32_t i = threadIdx.x + u * blockDim.x;
+      if (i < 256) put(i, first[u]);
+    }
+  }
   BlockCopy4(
-      p.tables * 256, [&](uint32_t i) { return ws.enc[c * 4096ull + i]; },
-      [&](uint32_t i, uint32_t e) {
-        const uint32_t f = e & 0xffff;
-        const uint2 v = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
-        if (groups) {
-          enc[i] = v;
-        } else {
-          tables[i] = StepEntry(v);
-        }
-      });
+      p.tables * 256 - loaded, [&](uint32_t i) { return ws.enc[c * 4096ull + loaded + i]; },
+      [&](uint32_t i, uint32_t e) { put(loaded + i, e); });
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (groups) {
     for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) map[k] = ws.map[c * 1ull * kMaxGroupedChannels + k];
@@ -1329,7 +1442,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
     return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
                                                             plan::kCarryBytes)[lane];
   };
-  uint32_t x = kL | carry_of(), emitted = 0;
+  uint32_t x = kL | (kSmall && ws.self_plan ? carry0 : carry_of()), emitted = 0;
   uint32_t unseen = 0;  // OR of M - f: bit kProbBits set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
@@ -1386,7 +1499,12 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4) TilesKern
     // A lane loads 16 elements of the segment (their symbols are staged when
     // the segment's turn comes, so no register waits on the load before that).
     uint4 next[E::bytes];
-    if (segs > 0) LoadElems16<E>(p, begin + 512u * (segs - 1) + 16 * lane, next);
+    if (kSmall && have_pre) {
+#pragma unroll
+      for (uint32_t k = 0; k < E::bytes; ++k) next[k] = pre[k];
+    } else if (segs > 0) {
+      LoadElems16<E>(p, begin + 512u * (segs - 1) + 16 * lane, next);
+    }
     for (uint32_t sg = segs; sg-- > 0;) {
       stage[warp][sg & 1][lane] = SymbolsOf16<E>(next);
       if (sg > 0) LoadElems16<E>(p, begin + 512u * (sg - 1) + 16 * lane, next);
@@ -1522,7 +1640,18 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     for (uint32_t g = threadIdx.x; g < g0; g += blockDim.x) low += tsum[1 + g];
     for (uint32_t k = g0 * kTsumGroup + threadIdx.x; k < t; k += blockDim.x) low += entry[k] & ~kTileRaw;
   }
-  if (st != kOk) return;  // uniform for the block, as every return before the barrier
+  // Block 0, warp 0 of a self-planned call: the histogram the Tiles blocks
+  // read, zeroed for the next call's Split whatever becomes of the chunk
+  // (here and at the end: where Place has the registers).
+  auto clear_histogram = [&] {
+    if (ws.self_plan) {
+      for (uint32_t k = threadIdx.x; k < 256; k += 32) ws.hist[c * 256ull + k] = 0;
+    }
+  };
+  if (st != kOk) {  // uniform for the block, as every return before the barrier
+    if (blockIdx.x == 0 && threadIdx.x < 32) clear_histogram();
+    return;
+  }
   const EncodeChunk& ch = chunks[c];
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
@@ -1594,6 +1723,7 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   }
   // Block 0: the checksum (warp 0), then the header (thread 0).
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  clear_histogram();
   const unsigned long long sum = WarpSum(slot);
   if (threadIdx.x != 0) return;
   if (too_big) {
@@ -1625,7 +1755,7 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t ma
     p += (b + 63) & ~uint64_t{63};
     return r;
   };
-  Workspace ws;
+  Workspace ws{};
   ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));                     // filled by Create
   ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
   ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
@@ -1758,6 +1888,10 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   const unsigned hist16_blocks = static_cast<unsigned>((max_chunk_bytes_ + kSplitElems - 1) / kSplitElems);
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
+  const bool small = tile_warps < kTilesPerBlock;
+  // Small order-0 calls plan in Tiles (SelfPlan): no chunk is sampled (the
+  // encoder takes none so large), and no split point waits for the plan.
+  ws.self_plan = small && !channel_groups && split == nullptr && !fusable ? 1 : 0;
   const cudaEvent_t planned = split != nullptr ? split->planned : nullptr;
   auto launches = [&](cudaStream_t s, bool capturing) {
     cudaError_t e = cudaSuccess;
@@ -1771,7 +1905,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
       launch(Launch(RankKernel, count, 1024, kMaxGroupedChannels * sizeof(uint64_t), s, status, ws));
       launch(Launch(Hist16Kernel, dim3(hist16_blocks, count), 256, 0, s, status, ws));
     }
-    launch(Launch(PlanKernel, count, 256, 0, s, chunks, status, ws));
+    if (!ws.self_plan) launch(Launch(PlanKernel, count, 256, 0, s, chunks, status, ws));
     if (e != cudaSuccess) return fail(e);
     if (planned != nullptr) {
       // Into a graph (CallGraphs, or a caller's capture) as an event record
@@ -1781,11 +1915,11 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
       if (r != cudaSuccess) return fail(r);
     }
     if (!one_pass_only) {
-      launch(Launch(tile_warps < kTilesPerBlock ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
-                    tile_warps * 32, 0, s, status, ws));
+      launch(Launch(small ? TilesKernel<false, true> : TilesKernel<false>, tile_grid, tile_warps * 32, 0, s, chunks,
+                    status, ws));
     }
     if (fusable) {
-      launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, status, ws));
+      launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));
     }
     launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
     if (e != cudaSuccess) return fail(e);
@@ -1815,7 +1949,7 @@ cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int cou
       if (e == cudaSuccess) e = r;
     };
     launch(Launch(ReuseKernel, count, 256, 0, s, chunks, status, sizes, ws));
-    launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, status, ws));
+    launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));
     launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
     if (e != cudaSuccess) return Fail(ws, max_chunks_, e, s);
     return cudaGetLastError();
