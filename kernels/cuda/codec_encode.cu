@@ -382,12 +382,17 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   uint8_t* rstage = reinterpret_cast<uint8_t*>(chsum) + (threadIdx.x / 32) * kSplitRawStage;  // whole blocks only
   auto pairs = reinterpret_cast<ulonglong2(*)[4]>(chsum + kMaxGroupedChannels);  // [kSplitWarps][4]
   // While the kernel before finishes (nothing here depends on it; the keys
-  // are written once, by Create): the histogram cleared, the keys staged.
-  for (uint32_t k = threadIdx.x; k < 128 * 32 / 4; k += blockDim.x) {
-    reinterpret_cast<uint4*>(&hist[0][0])[k] = make_uint4(0, 0, 0, 0);
-  }
-  for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock / 2; k += blockDim.x) {
-    reinterpret_cast<ulonglong2*>(key)[k] = reinterpret_cast<const ulonglong2*>(ws.keys)[k];
+  // are written once, by Create): the histogram cleared, the keys staged,
+  // by warps 1.. only, so that thread 0 reads the request (MakePlan) at
+  // once rather than after a key load of its own.
+  if (threadIdx.x >= 32) {
+    const uint32_t t = threadIdx.x - 32, step = blockDim.x - 32;
+    for (uint32_t k = t; k < 128 * 32 / 4; k += step) {
+      reinterpret_cast<uint4*>(&hist[0][0])[k] = make_uint4(0, 0, 0, 0);
+    }
+    for (uint32_t k = t; k < checksum::kWordsPerBlock / 2; k += step) {
+      reinterpret_cast<ulonglong2*>(key)[k] = reinterpret_cast<const ulonglong2*>(ws.keys)[k];
+    }
   }
   WaitForPrevious();
   const int c = blockIdx.y;
@@ -403,7 +408,10 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     if (b0 * plan::kSampleStride >= ch.bytes && FusedRequest(ch, ws)) return;  // uniform
   }
   __shared__ int32_t err;
-  if (threadIdx.x == 0) err = MakePlan(chunks[c], ws, &SharedPlan());
+  if (threadIdx.x == 0) {
+    const EncodeChunk request = chunks[c];  // every field in one round trip
+    err = MakePlan(request, ws, &SharedPlan());
+  }
   __syncthreads();
   const ChunkPlan p = SharedPlan();
   uint8_t* const raw_at = p.out + kHeader;
