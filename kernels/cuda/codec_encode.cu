@@ -7,6 +7,7 @@
 //   Rank      channels ranked by mean exponent -> 16 groups (KV-aware mode)
 //   Hist16    histograms of the 16 channel groups (KV-aware mode)
 //   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
+//             (not in small order-0 calls, whose Tiles blocks plan: SelfPlan)
 //   Tiles     one warp per tile: symbols from the input, rANS, or RAW when
 //             not smaller
 //   Place     tiles into place (each block finds its offsets), directory,
@@ -1334,7 +1335,9 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
 // segment's 16 table entries before the segment's rounds, into registers
 // such calls can spare (126 against 64; they do not use the occupancy).
 // Measured on an H100: one 1 MiB bf16 encode 41.6-42.3 -> 39.5-39.7 us,
-// one 4 MiB 43.5-44.7 -> 41.7-43.8 us.
+// one 4 MiB 43.5-44.7 -> 41.7-43.8 us. Its blocks also plan self-planned
+// calls (SelfPlan). A small call's Place is not let start early: with
+// Place's blocks beside these, one 4 MiB encode took 0.4 us longer.
 template <bool kFused, bool kSmall = false>
 __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     TilesKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
@@ -1342,21 +1345,16 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
   __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 StepEntry; groups: uint2 {freq | cum << 16, rcp}
-  int32_t st;
-  ChunkPlan p;
-  uint32_t first[4] = {0, 0, 0, 0};  // kSmall: entries of table 0, a thread's (blockDim.x >= 64)
+  WaitForPrevious();
+  const int32_t st = status[c];
+  ChunkPlan p = ws.plan[c];
+  uint32_t first[4] = {0, 0, 0, 0};  // self-planned: table 0's entries, a thread's (blockDim.x >= 64)
   // Self-planned: the lane's carry and its 16 elements of the tile's last
   // segment (pre, where they are whole), loaded while warp 0 plans.
   uint32_t carry0 = 0;
   uint4 pre[4];
   bool have_pre = false;
-  WaitForPrevious();
-  st = status[c];
-  p = ws.plan[c];
   if constexpr (kSmall) {
-    // Placed at once, Place's blocks wait beside these (they fit: a small
-    // call's blocks are at most one an SM).
-    LetNextStart();
     if (ws.self_plan) {
       const bool coded = st == kOk && !p.stored;  // uniform for the block
       if (coded && tile < p.tiles && !p.fused) {
