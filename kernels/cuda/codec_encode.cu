@@ -90,6 +90,7 @@ struct Workspace {
   uint32_t groups;  // the call may group channels (Rank and Hist16 run)
   uint32_t one_pass_only;  // the call said every chunk is fused (no Tiles instance for the others)
   uint32_t self_plan;      // no Plan kernel: the small Tiles instance plans (SelfPlan)
+  uint32_t reusing;        // a table-reuse call (which leaves the slots' tables as they are)
 };
 
 // A kernel's copy of a chunk's plan in shared memory, for the one-block
@@ -1732,6 +1733,9 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   clear_histogram();
   const unsigned long long sum = WarpSum(slot);
   if (threadIdx.x != 0) return;
+  // A planned chunk STORED or failed here leaves no table for a later call
+  // to reuse.
+  if ((too_big || stored) && !ws.reusing) ws.table_ok[c] = 0;
   if (too_big) {
     status[c] = kOutputTooSmall;
     return;
@@ -1947,6 +1951,7 @@ cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int cou
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
   Workspace ws = Carve(workspace_, max_chunks_, max_tiles_, max_chunk_bytes_);
   ws.groups = 1;  // a chunk asking for channel groups is coded order-0 here, as the CPU does with a table
+  ws.reusing = 1;
   const uint32_t tile_warps = WarpsPerTileBlock(max_tiles_, count, sms_);
   const dim3 tile_grid((max_tiles_ + tile_warps - 1) / tile_warps, count);
   auto launches = [&](cudaStream_t s, bool) {

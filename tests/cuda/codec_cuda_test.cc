@@ -643,6 +643,77 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   }
 }
 
+// A small call without channel groups or a split point, on an encoder too
+// small for sampled chunks, has no Plan kernel: each block of its Tiles
+// kernel plans the chunk's order-0 table (SelfPlan). Its chunks are the
+// CPU's bytes for every dtype and size class, STORED ones included, call
+// after call; table reuse then codes with the table such a call chose, and a
+// slot whose chunk ended STORED holds none (with Plan too).
+TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  std::mt19937 rng(21);
+  for (DType d : all) {
+    std::vector<EncodeCase> cases;  // few chunks of few tiles: a small call
+    for (size_t n :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, kMaxTileSymbols - 1, kMaxTileSymbols + 1, size_t{100001}}) {
+      EncodeCase cs;
+      cs.options.dtype = d;
+      cs.input = KvLike(d, n, 128, static_cast<uint32_t>(n) + 50);
+      cs.out_skew = static_cast<uint32_t>(n % 5);
+      cases.push_back(std::move(cs));
+    }
+    EncodeCase random;  // does not shrink: STORED
+    random.options.dtype = d;
+    random.input.resize(60000);
+    for (auto& v : random.input) v = static_cast<uint8_t>(rng());
+    cases.push_back(random);
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false, /*calls=*/3);
+    Batch b;
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+      ASSERT_EQ(status[k], 0) << DTypeName(d) << " case " << k << ": " << cuda::ToStatus(status[k]);
+      EXPECT_TRUE(gpu[k] == cpu) << DTypeName(d) << " case " << k << " (" << cases[k].input.size()
+                                 << " bytes): " << FirstDifference(gpu[k], cpu);
+      b.inputs.push_back(cases[k].input);
+      b.chunks.push_back(gpu[k]);
+    }
+    ExpectDecodesBitExact(b);
+  }
+  // Table reuse after a planned call, self-planned or not: a coded slot, and
+  // one whose chunk Place made STORED (random bytes), which has no table.
+  std::vector<EncodeCase> planned(2);
+  planned[0].input = KvLike(DType::kBF16, size_t{1} << 20, 192, 46);
+  planned[1].input.resize(size_t{2} << 20);
+  for (auto& v : planned[1].input) v = static_cast<uint8_t>(rng());
+  std::vector<EncodeCase> reused = planned;
+  reused[0].input = KvLike(DType::kBF16, size_t{1} << 20, 192, 47);
+  for (bool groups_call : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "channel groups " << groups_call);
+    auto enc = cuda::Encoder::Create(2, planned[0].input.size());
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> first, gpu;
+    EncodeOnGpu(planned, &status, &first, nullptr, groups_call, 1, enc->get());
+    for (size_t k = 0; k < planned.size(); ++k) {
+      ASSERT_EQ(status[k], 0) << "planned case " << k << ": " << cuda::ToStatus(status[k]);
+      ASSERT_TRUE(first[k] == EncodeCpu(planned[k].options, planned[k].input)) << "planned case " << k;
+    }
+    auto info = Inspect(first[1].data(), first[1].size());
+    ASSERT_TRUE(info.ok() && info->stored);
+    EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get(), /*reuse=*/true);
+    ASSERT_EQ(status[0], 0) << cuda::ToStatus(status[0]);
+    auto table = TableOf(first[0].data(), first[0].size());
+    ASSERT_TRUE(table.ok()) << table.status();
+    EncodeOptions o;
+    o.table = &*table;
+    const auto cpu = EncodeCpu(o, reused[0].input);
+    EXPECT_TRUE(gpu[0] == cpu) << FirstDifference(gpu[0], cpu);
+    EXPECT_EQ(status[1], cuda::kNoTable);
+  }
+}
+
 // A call that promises no KV-aware chunk skips the channel-ranking kernels:
 // its order-0 chunks (with or without a layout) are the CPU's bytes, and a
 // chunk that asks for channel groups anyway is refused, not coded otherwise.
@@ -1051,7 +1122,7 @@ TEST_F(CudaCodec, WithoutStoredTheEncoderMatchesTheCpuThatTookItsRawPlane) {
 // Six requests of `elements` bf16 values on an encoder sized for
 // `encoder_bytes`: five bad ones refused, the good one coded; then all six
 // good.
-void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
+void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes, bool channel_groups) {
   auto input = KvLike(DType::kBF16, elements, 1024, 4);
   auto enc = cuda::Encoder::Create(6, encoder_bytes);
   ASSERT_TRUE(enc.ok());
@@ -1083,7 +1154,7 @@ void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 4 * 6));
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsizes), 8 * 6));
   CUDA_OK(cudaMemcpy(dh, h.data(), sizeof(h[0]) * 6, cudaMemcpyHostToDevice));
-  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr));
+  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr, nullptr, channel_groups));
   CUDA_OK(cudaDeviceSynchronize());
   int32_t status[6];
   uint64_t sizes[6];
@@ -1103,7 +1174,7 @@ void RejectsBadRequestsAndKeepsTheRest(size_t elements, size_t encoder_bytes) {
   // all six requests good now, gives the CPU's bytes six times.
   for (int k = 1; k < 6; ++k) h[k] = h[0], h[k].out = out + k * cap;
   CUDA_OK(cudaMemcpy(dh, h.data(), sizeof(h[0]) * 6, cudaMemcpyHostToDevice));
-  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr));
+  CUDA_OK((*enc)->EncodeAsync(dh, 6, dsizes, dstatus, nullptr, nullptr, channel_groups));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(status, dstatus, sizeof(status), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(sizes, dsizes, sizeof(sizes), cudaMemcpyDeviceToHost));
@@ -1255,11 +1326,17 @@ TEST_F(CudaCodec, CallsReplayTheirGraphs) {
 // Twice: on an encoder sized for the input, and on one sized for chunks that
 // may be fused (both Tiles instances run) with an 8 MiB input, of which
 // request 5's blocks split and sum half before its null block refuses it.
+// (A call without channel groups on the small encoder is self-planned: its
+// Tiles kernel plans, and its Place clears the histogram a refused request
+// left.)
 TEST_F(CudaCodec, EncoderRejectsBadRequestsAndKeepsTheRestOfTheBatch) {
   for (const auto& [elements, encoder_bytes] :
        {std::pair<size_t, size_t>{50000, 100000}, {size_t{4} << 20, 2 * plan::kSampleMinElements}}) {
-    SCOPED_TRACE(::testing::Message() << elements << " elements, encoder for " << encoder_bytes << " bytes");
-    RejectsBadRequestsAndKeepsTheRest(elements, encoder_bytes);
+    for (bool channel_groups : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << elements << " elements, encoder for " << encoder_bytes
+                                        << " bytes, channel groups " << channel_groups);
+      RejectsBadRequestsAndKeepsTheRest(elements, encoder_bytes, channel_groups);
+    }
   }
   EXPECT_EQ(cuda::Encoder::Create(0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
