@@ -1308,6 +1308,8 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
         for (int k = 0; k < 8; ++k) ws.enc[c * 4096ull + 8 * lane + k] = words[8 * lane + k];  // for table reuse
       }
       if (lane == 0) {
+        // Field by field: the other blocks copy the plan as these land, and
+        // use their own values of these fields.
         ChunkPlan& planned = ws.plan[c];
         planned.tables = 1;
         planned.shift = 0;
