@@ -119,6 +119,18 @@ std::vector<uint8_t> EncodeCpu(const EncodeOptions& o, const std::vector<uint8_t
   return out;
 }
 
+// The CPU's chunk for `input` coded with the order-0 table stored in the
+// coded chunk `planned` (EncodeOptions::table): what table reuse gives after
+// the call that coded `planned`.
+absl::StatusOr<std::vector<uint8_t>> EncodeCpuWithTableOf(const std::vector<uint8_t>& planned,
+                                                          const std::vector<uint8_t>& input) {
+  auto table = TableOf(planned.data(), planned.size());
+  if (!table.ok()) return table.status();
+  EncodeOptions o;
+  o.table = &*table;
+  return EncodeCpu(o, input);
+}
+
 TEST_F(CudaCodec, DecodesCpuChunksOfEveryDtypeAndSizeInOneBatch) {
   Batch b;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
@@ -704,12 +716,9 @@ TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
     ASSERT_TRUE(info.ok() && info->stored);
     EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get(), /*reuse=*/true);
     ASSERT_EQ(status[0], 0) << cuda::ToStatus(status[0]);
-    auto table = TableOf(first[0].data(), first[0].size());
-    ASSERT_TRUE(table.ok()) << table.status();
-    EncodeOptions o;
-    o.table = &*table;
-    const auto cpu = EncodeCpu(o, reused[0].input);
-    EXPECT_TRUE(gpu[0] == cpu) << FirstDifference(gpu[0], cpu);
+    const auto cpu = EncodeCpuWithTableOf(first[0], reused[0].input);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    EXPECT_TRUE(gpu[0] == *cpu) << FirstDifference(gpu[0], *cpu);
     EXPECT_EQ(status[1], cuda::kNoTable);
   }
 }
@@ -878,12 +887,9 @@ TEST_F(CudaCodec, ReusedTablesGiveTheCpuBytesAndDecode) {
     Batch b;
     for (size_t k = 0; k < reused.size(); ++k) {
       ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
-      auto table = TableOf(first[k].data(), first[k].size());
-      ASSERT_TRUE(table.ok()) << table.status();
-      EncodeOptions o;
-      o.table = &*table;
-      const auto cpu = EncodeCpu(o, reused[k].input);
-      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ", round " << round << ": " << FirstDifference(gpu[k], cpu);
+      const auto cpu = EncodeCpuWithTableOf(first[k], reused[k].input);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      EXPECT_TRUE(gpu[k] == *cpu) << "case " << k << ", round " << round << ": " << FirstDifference(gpu[k], *cpu);
       auto info = Inspect(gpu[k].data(), gpu[k].size());
       ASSERT_TRUE(info.ok()) << info.status();
       // The tile of exponent 254 is RAW, unless that made the chunk STORED
@@ -933,12 +939,9 @@ TEST_F(CudaCodec, TableReuseRefusesSlotsWithoutATableAndOtherRequests) {
   EncodeOnGpu(reused, &status, &gpu, nullptr, true, 1, enc->get(), /*reuse=*/true);
   const int32_t want[] = {cuda::kOk, cuda::kNoTable, cuda::kBadInput, cuda::kBadInput, cuda::kBadInput, cuda::kNoTable};
   for (size_t k = 0; k < reused.size(); ++k) EXPECT_EQ(status[k], want[k]) << "case " << k;
-  auto table = TableOf(first[0].data(), first[0].size());
-  ASSERT_TRUE(table.ok()) << table.status();
-  EncodeOptions o;
-  o.table = &*table;
-  const auto cpu = EncodeCpu(o, reused[0].input);
-  EXPECT_TRUE(gpu[0] == cpu) << FirstDifference(gpu[0], cpu);
+  const auto cpu = EncodeCpuWithTableOf(first[0], reused[0].input);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(gpu[0] == *cpu) << FirstDifference(gpu[0], *cpu);
   EXPECT_FALSE(cuda::ToStatus(cuda::kNoTable).ok());
 }
 
