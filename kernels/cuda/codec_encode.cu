@@ -578,18 +578,34 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
 
 // ---- tables ----------------------------------------------------------------------
 
+// The symbol range {lo, count} of a table whose lane l holds the frequencies
+// of symbols 8l .. 8l + 7 ({0, 0} when empty). The whole warp calls it.
+__device__ __forceinline__ uint2 WarpTableRange(const uint32_t (&f)[8]) {
+  const int lane = threadIdx.x % 32;
+  int lo = 256, hi = -1;
+  for (int k = 0; k < 8; ++k) {
+    if (f[k] != 0) lo = min(lo, 8 * lane + k), hi = 8 * lane + k;
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  return hi < 0 ? make_uint2(0, 0) : make_uint2(lo, hi - lo + 1);
+}
+
 // One warp normalises a histogram (lane l holds symbols 8l..8l+7 in h) exactly
 // as kernels/cpu/codec.cc Normalize, and returns the estimated size (Q16 bits
 // plus 8 bits per table byte, in Q16) on every lane. Without log2q16 the
 // symbols' bits are left out (8 table loads from memory, about 0.7 us on an
 // H100), for a call that neither compares candidates nor estimates sizes.
-__device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint32_t* log2q16) {
+// The table's symbol range (WarpTableRange) goes to *range where given.
+__device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const uint32_t* log2q16,
+                                  uint2* range = nullptr) {
   const int lane = threadIdx.x % 32;
   uint64_t total = 0;
   for (int k = 0; k < 8; ++k) total += h[k];
   total = WarpSum(total);
   if (total == 0) {
     for (int k = 0; k < 8; ++k) f[k] = 0;
+    if (range != nullptr) *range = make_uint2(0, 0);
     return 4ull << 19;  // an empty table: lo, count
   }
   // floor(h * M / total) by a double reciprocal, then made exact (h * M <
@@ -618,7 +634,9 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
       const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
       if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
     }
-    if (at / 8 == static_cast<uint32_t>(lane)) f[at % 8] += d;
+    // (A select a frequency: f[at % 8] put f in local memory.)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] += at == 8u * lane + k ? d : 0;
   } else if (d < 0) {
     // Decrementing the largest frequency above 1 (lowest index on ties) -d
     // times ends with every frequency cut to a level L, and the r lowest-index
@@ -663,18 +681,13 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t f[8], const uint
     }
   }
   uint64_t cost = 0;
-  int first = 256, last = -1;
   for (int k = 0; k < 8; ++k) {
     if (h[k] != 0 && log2q16 != nullptr) cost += h[k] * ((uint64_t{kProbBits} << 16) - log2q16[f[k]]);  // plan::CostQ16
-    if (f[k] != 0) {
-      first = min(first, 8 * lane + k);
-      last = max(last, 8 * lane + k);
-    }
   }
   if (log2q16 != nullptr) cost = WarpSum(cost);
-  first = __reduce_min_sync(0xffffffffu, first);
-  last = __reduce_max_sync(0xffffffffu, last);
-  const uint64_t table_bytes = 4 + 2ull * (last - first + 1);
+  const uint2 r = WarpTableRange(f);  // not empty: total > 0
+  if (range != nullptr) *range = r;
+  const uint64_t table_bytes = 4 + 2ull * r.y;
   return cost + (table_bytes << 19);
 }
 
@@ -820,19 +833,6 @@ __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Works
   for (uint32_t k = threadIdx.x; k < 16 * 256; k += blockDim.x) {
     if (hist[k] != 0) atomicAdd(&ws.hist16[c * 4096ull + k], static_cast<unsigned long long>(hist[k]));
   }
-}
-
-// The symbol range {lo, count} of a table whose lane l holds the frequencies
-// of symbols 8l .. 8l + 7 ({0, 0} when empty). The whole warp calls it.
-__device__ __forceinline__ uint2 WarpTableRange(const uint32_t (&f)[8]) {
-  const int lane = threadIdx.x % 32;
-  int lo = 256, hi = -1;
-  for (int k = 0; k < 8; ++k) {
-    if (f[k] != 0) lo = min(lo, 8 * lane + k), hi = 8 * lane + k;
-  }
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  return hi < 0 ? make_uint2(0, 0) : make_uint2(lo, hi - lo + 1);
 }
 
 // A table as the chunk stores it at tp: lo, count, then freq(s) for s = lo ..
@@ -1287,8 +1287,8 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
     uint64_t h[8];
     for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
     uint32_t f[8], run = 0;
-    WarpNormalize(h, f, nullptr);
-    const uint2 range = WarpTableRange(f);
+    uint2 range;
+    WarpNormalize(h, f, nullptr, &range);
     for (int k = 0; k < 8; ++k) run += f[k];
     uint32_t cum = WarpInclusiveScan(run) - run;
     for (int k = 0; k < 8; ++k) {
@@ -1351,7 +1351,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   WaitForPrevious();
   const int32_t st = status[c];
   ChunkPlan p = ws.plan[c];
-  uint32_t first[4] = {0, 0, 0, 0};  // self-planned: table 0's entries, a thread's (blockDim.x >= 64)
+  const uint32_t* planned = nullptr;  // self-planned: table 0's entries (SelfPlan's words)
   // Self-planned: the lane's carry and its 16 elements of the tile's last
   // segment (pre, where they are whole), loaded while warp 0 plans.
   uint32_t carry0 = 0;
@@ -1382,12 +1382,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       // In the tables' space past table 0's entries (formed after these are read).
       uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
       SelfPlan(chunks[c], c, coded, p, ws, words);
-      if (coded && !p.stored) {
-        for (uint32_t u = 0; u < 4; ++u) {
-          const uint32_t i = threadIdx.x + u * blockDim.x;
-          if (i < 256) first[u] = words[i];
-        }
-      }
+      planned = words;
     }
   }
   // A fused chunk is never STORED before Tiles: its raw plane (n bytes) and
@@ -1414,13 +1409,10 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       tables[i] = StepEntry(v);
     }
   };
-  const uint32_t loaded = kSmall && ws.self_plan ? 256 : 0;  // entries already in `first`
-  if (loaded != 0) {
-    for (uint32_t u = 0; u < 4; ++u) {
-      const uint32_t i = threadIdx.x + u * blockDim.x;
-      if (i < 256) put(i, first[u]);
-    }
-  }
+  // Self-planned: table 0's entries straight from SelfPlan's words, which
+  // lie past them in the tables' space.
+  const uint32_t loaded = kSmall && planned != nullptr ? 256 : 0;
+  for (uint32_t i = threadIdx.x; i < loaded; i += blockDim.x) put(i, planned[i]);
   BlockCopy4(
       p.tables * 256 - loaded, [&](uint32_t i) { return ws.enc[c * 4096ull + loaded + i]; },
       [&](uint32_t i, uint32_t e) { put(loaded + i, e); });
