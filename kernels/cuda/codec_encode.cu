@@ -401,6 +401,25 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   const uint32_t groups = kSplitWarps >> subs_log2;  // checksum blocks a round of the block's warps takes
   const uint64_t span = groups * per_warp * checksum::kBlockBytes;
   const uint64_t b0 = blockIdx.x * span;
+  // Encoders too small for fused chunks (this instance): each lane's first
+  // two pieces (SplitWarp's first batch) are fetched into L1 once the
+  // request's input pointer and size arrive, in the round trip of thread 0's
+  // request, so that SplitWarp's loads after the plan find them there rather
+  // than a round trip to memory away. As for an accepted request, the input
+  // is taken to be `bytes` bytes at in.data; a request refused leaves them
+  // unread. (Loaded into registers instead, they spilled at 64.)
+  if constexpr (!kFusable) {
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t group = warp >> subs_log2, sub = warp & ((1u << subs_log2) - 1);
+    const uint8_t* data = chunks[c].in.data;
+    const bool contiguous = chunks[c].in.blocks == nullptr;
+    const uint64_t bytes = min(chunks[c].bytes, ws.max_bytes);
+    const uint64_t off = b0 + group * checksum::kBlockBytes + 512ull * sub * (8u >> subs_log2) + 16 * lane;
+    if (contiguous && data != nullptr && off + 512 + 16 <= bytes) {
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(data + off));
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(data + off + 512));
+    }
+  }
   if (kFusable && blockIdx.x != 0) {
     // Of a fused chunk Split reads every kSampleStride-th span only: the
     // blocks past those leave at once, without planning (15/16 of the grid).
