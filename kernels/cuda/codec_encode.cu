@@ -653,7 +653,7 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const u
       const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
       if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
     }
-    // (A select a frequency: f[at % 8] put f in local memory.)
+    // Selects rather than f[at % 8], whose index put f in local memory.
 #pragma unroll
     for (int k = 0; k < 8; ++k) f[k] += at == 8u * lane + k ? d : 0;
   } else if (d < 0) {
