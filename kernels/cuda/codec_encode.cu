@@ -854,6 +854,21 @@ __global__ void __launch_bounds__(256) Hist16Kernel(const int32_t* status, Works
   }
 }
 
+// A table's encode entries, freq | cum << 16 (cum: the frequencies of the
+// symbols before), where lane l holds the frequencies of symbols 8l .. 8l + 7:
+// put(s, entry) for each symbol s. The whole warp calls it.
+template <typename Put>
+__device__ __forceinline__ void WarpEncodeEntries(const uint32_t (&f)[8], const Put& put) {
+  const uint32_t lane = threadIdx.x % 32;
+  uint32_t run = 0;
+  for (int k = 0; k < 8; ++k) run += f[k];
+  uint32_t cum = WarpInclusiveScan(run) - run;
+  for (int k = 0; k < 8; ++k) {
+    put(8 * lane + k, f[k] | cum << 16);
+    cum += f[k];
+  }
+}
+
 // A table as the chunk stores it at tp: lo, count, then freq(s) for s = lo ..
 // lo + count - 1. The whole warp calls it.
 template <typename Freq>
@@ -1017,18 +1032,10 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   for (uint32_t t = warp; t < G; t += blockDim.x / 32) {
     const uint32_t* ft = freq[first + t];
     WarpStoreTable(out + table_off[t], make_uint2(table_lo[t], table_n[t]), [ft](uint32_t s) { return ft[s]; });
-    // Encode tables: exclusive prefix sums per symbol (one warp, 8 symbols a lane).
-    uint32_t f[8], run = 0;
-    for (int k = 0; k < 8; ++k) {
-      f[k] = freq[first + t][8 * lane + k];
-      run += f[k];
-    }
-    uint32_t cum = WarpInclusiveScan(run) - run;
-    for (int k = 0; k < 8; ++k) {
-      const uint64_t at = (c * 16ull + t) * 256 + 8 * lane + k;
-      ws.enc[at] = f[k] | cum << 16;
-      cum += f[k];
-    }
+    // Encode tables (one warp, 8 symbols a lane).
+    uint32_t f[8];
+    for (int k = 0; k < 8; ++k) f[k] = ft[8 * lane + k];
+    WarpEncodeEntries(f, [&](uint32_t s, uint32_t e) { ws.enc[(c * 16ull + t) * 256 + s] = e; });
   }
   // Table 0 is the whole chunk's: what a later call may reuse.
   if (G == 1 && threadIdx.x == 0) ws.table_ok[c] = 1;
@@ -1305,15 +1312,10 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
   if (warp == 0) {
     uint64_t h[8];
     for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
-    uint32_t f[8], run = 0;
+    uint32_t f[8];
     uint2 range;
     WarpNormalize(h, f, nullptr, &range);
-    for (int k = 0; k < 8; ++k) run += f[k];
-    uint32_t cum = WarpInclusiveScan(run) - run;
-    for (int k = 0; k < 8; ++k) {
-      words[8 * lane + k] = f[k] | cum << 16;
-      cum += f[k];
-    }
+    WarpEncodeEntries(f, [words](uint32_t s, uint32_t e) { words[s] = e; });
     ChunkPlan q = p;
     q.tables = 1;
     q.shift = 0;
