@@ -1102,27 +1102,48 @@ __global__ void __launch_bounds__(256)
 
 // ---- tiles -----------------------------------------------------------------------
 
-// A symbol's encode entry as the rANS step uses it: rcp = floor((2^32 - 1) /
-// freq), freq, M - freq, cum. Order-0 tables are kept this way in shared
-// memory (16 bytes a symbol: no unpacking in the step); channel-group tables,
-// up to 16 of them, as {freq | cum << 16, rcp} (8 bytes) and unpacked here.
+// A symbol's encode entry as the rANS step uses it. Order-0 tables are kept
+// in shared memory as ExactEntry gives it (16 bytes a symbol: no unpacking
+// in the step); channel-group tables, up to 16 of them, as {freq | cum <<
+// 16, rcp} (8 bytes), rcp = floor((2^32 - 1) / freq), unpacked here into
+// {rcp, freq, M - freq, cum} for the step that corrects its quotient.
 __device__ __forceinline__ uint4 StepEntry(uint2 e) {
   const uint32_t f = e.x & 0xffff;
   return make_uint4(e.y, f, kM - f, e.x >> 16);
+}
+
+// The order-0 entry of table entry e (freq | cum << 16): {m_lo, m_hi, M -
+// freq, cum}, m = ceil(2^40 / f) = 256 rcp + ceil(256 (r + 1) / f) where
+// 2^32 - 1 = rcp f + r (two 32-bit divisions). f = 0, a symbol a sampled
+// table lacks: {0, 0, M, cum} (its tile is RAW, whatever the step makes).
+__device__ __forceinline__ uint4 ExactEntry(uint32_t e) {
+  const uint32_t f = e & 0xffff;
+  if (f == 0) return make_uint4(0, 0, kM, e >> 16);
+  const uint32_t rcp = 0xffffffffu / f, r = 0xffffffffu - rcp * f;
+  const uint64_t m = 256ull * rcp + (256 * (r + 1) + f - 1) / f;
+  return make_uint4(static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32), kM - f, e >> 16);
+}
+
+// The frequency of a step entry: ExactEntry (kExact) or StepEntry.
+template <bool kExact>
+__device__ __forceinline__ uint32_t EntryFreq(uint4 e) {
+  return kExact ? kM - e.z : e.y;
 }
 
 // One rANS step of a lane: in an odd round (kOdd), emits a word
 // (ballot-compacted into the stream, which is written backwards from
 // words_end) if x >= f * f_even << 16, f_even the frequency of the lane's
 // symbol in the even round before it (docs/codec-format.md: a lane
-// renormalises once per two symbols); then folds symbol entry `e`
-// (StepEntry) into x. Written for a short chain from x to the next x (the
-// latency of a 4 MiB call's Tiles is 128 rounds of these chains one after
-// another): compare, shift, umulhi, multiply-add, compare, select.
-template <bool kOdd>
+// renormalises once per two symbols); then folds symbol entry `e` into x:
+// an ExactEntry (kExact, order-0 tables) or a StepEntry. Written for a
+// short chain from x to the next x (the latency of a 4 MiB call's Tiles is
+// 128 rounds of these chains one after another): compare, shift, then
+// umulhi, multiply-add, shift, multiply-add (kExact) or umulhi,
+// multiply-add, compare, select.
+template <bool kOdd, bool kExact>
 __device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t f_even, uint32_t lt, uint16_t* words_end,
                                            uint32_t& x, uint32_t& emitted) {
-  const uint32_t f = e.y;
+  const uint32_t f = EntryFreq<kExact>(e);
   bool need = false;
   if (kOdd) {
     // x >> 16 >= f f_even as one compare of x: x > (f f_even << 16) - 1,
@@ -1140,26 +1161,41 @@ __device__ __forceinline__ void EncodeStep(bool active, uint4 e, uint32_t f_even
     emitted += k;
   }
   // x = (v / f) * M + v % f + cum = v + q * (M - f) + cum with q = v / f,
-  // which umulhi(v, rcp) gives or is one short of ((q + 1) f <= v + f < 2^32:
-  // v < f << 24 before either step of a pair; f = M is the identity, whichever
-  // q). Both results are formed while the correction is decided.
+  // where v < f << 24 before either step of a pair (f = M is the identity,
+  // whichever q).
   const uint32_t v = need ? x >> 16 : x;
-  const uint32_t q = __umulhi(v, e.x);
-  // x0 and x1 as two multiply-adds (in PTX, so that x1 is not rewritten
-  // as x0 plus a selected term, which puts the add back on the chain).
-  uint32_t x0, x1;
-  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x0) : "r"(q), "r"(e.z), "r"(v + e.w));
-  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x1) : "r"(q), "r"(e.z), "r"(v + e.w + e.z));
-  if (active) x = v >= q * f + f ? x1 : x0;
+  if constexpr (kExact) {
+    // q = floor(v m / 2^40) = (v m_hi + umulhi(v, m_lo)) >> 8, exact: with
+    // m f = 2^40 + d, d < f, the error v d / (f 2^40) stays under 1 / f
+    // (v d < f^2 2^24 < 2^40), and the sum under 2^32 (q < 2^24). f = M:
+    // m = 2^32. On an H100 this chain took 59.6 cycles a round against 67.7
+    // for the corrected one (docs/performance.md).
+    const uint32_t h = __umulhi(v, e.x);
+    uint32_t a, nx;
+    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(a) : "r"(v), "r"(e.y), "r"(h));
+    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(nx) : "r"(a >> 8), "r"(e.z), "r"(v + e.w));
+    if (active) x = nx;
+  } else {
+    // umulhi(v, rcp) is q or one short of it ((q + 1) f <= v + f < 2^32).
+    // Both results are formed while the correction is decided.
+    const uint32_t q = __umulhi(v, e.x);
+    // x0 and x1 as two multiply-adds (in PTX, so that x1 is not rewritten
+    // as x0 plus a selected term, which puts the add back on the chain).
+    uint32_t x0, x1;
+    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x0) : "r"(q), "r"(e.z), "r"(v + e.w));
+    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(x1) : "r"(q), "r"(e.z), "r"(v + e.w + e.z));
+    if (active) x = v >= q * f + f ? x1 : x0;
+  }
 }
 
 // EncodeStep for a round r known only at run time.
+template <bool kExact>
 __device__ __forceinline__ void EncodeStepAt(uint32_t r, bool active, uint4 e, uint32_t f_even, uint32_t lt,
                                              uint16_t* words_end, uint32_t& x, uint32_t& emitted) {
   if (r % 2 == 1) {
-    EncodeStep<true>(active, e, f_even, lt, words_end, x, emitted);
+    EncodeStep<true, kExact>(active, e, f_even, lt, words_end, x, emitted);
   } else {
-    EncodeStep<false>(active, e, 0, lt, words_end, x, emitted);
+    EncodeStep<false, kExact>(active, e, 0, lt, words_end, x, emitted);
   }
 }
 
@@ -1270,8 +1306,8 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
     for (int r = kStageRounds - 1; r >= 0; r -= 2) {
       const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
       unseen |= odd.z | even.z;
-      EncodeStep<true>(true, odd, even.y, lt, words_end, x, emitted);
-      EncodeStep<false>(true, even, 0, lt, words_end, x, emitted);
+      EncodeStep<true, true>(true, odd, EntryFreq<true>(even), lt, words_end, x, emitted);
+      EncodeStep<false, true>(true, even, 0, lt, words_end, x, emitted);
     }
   }
   // The digests of the tile's blocks, four at a time: lanes 8j .. 8j + 7 merge
@@ -1368,7 +1404,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const int c = blockIdx.y;
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
-  __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 StepEntry; groups: uint2 {freq | cum << 16, rcp}
+  __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
   WaitForPrevious();
   const int32_t st = status[c];
   ChunkPlan p = ws.plan[c];
@@ -1419,15 +1455,14 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   if (kFused) {
     for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
   }
-  // Each entry's reciprocal is formed here, a division a thread, rather
+  // Each entry's reciprocal is formed here, an entry a thread, rather
   // than by the single Plan block, where 8 divisions a lane sat on its path.
   auto put = [&](uint32_t i, uint32_t e) {
-    const uint32_t f = e & 0xffff;
-    const uint2 v = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
     if (groups) {
-      enc[i] = v;
+      const uint32_t f = e & 0xffff;
+      enc[i] = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
     } else {
-      tables[i] = StepEntry(v);
+      tables[i] = ExactEntry(e);
     }
   };
   // Self-planned: table 0's entries straight from SelfPlan's words, which
@@ -1482,9 +1517,13 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     uint32_t f_even = 0;  // an odd round's partner: the lane's symbol a round before (full >= 1)
     if (full % 2 == 1) {
       const uint32_t s0 = SymbolAt(p, begin + j - 32);
-      f_even = groups ? enc[map[before(chn)] * 256u + s0].x & 0xffff : tables[s0].y;
+      f_even = groups ? enc[map[before(chn)] * 256u + s0].x & 0xffff : EntryFreq<true>(tables[s0]);
     }
-    EncodeStepAt(full, j < n, en, f_even, lt, words_end, x, emitted);
+    if (groups) {
+      EncodeStepAt<false>(full, j < n, en, f_even, lt, words_end, x, emitted);
+    } else {
+      EncodeStepAt<true>(full, j < n, en, f_even, lt, words_end, x, emitted);
+    }
     step_back();
   }
   // Full rounds, last to first, in segments of 16 rounds; the next segment's
@@ -1542,8 +1581,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
             const uint32_t ch0 = before(chn);  // the even round's channel
             const uint2 odd = enc[map[chn] * 256u + st[r * 32 + lane]];
             const uint2 even = enc[map[ch0] * 256u + st[(r - 1) * 32 + lane]];
-            EncodeStep<true>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
-            EncodeStep<false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+            EncodeStep<true, false>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
+            EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
             chn = before(ch0);
           }
         } else {
@@ -1552,11 +1591,11 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
           for (uint32_t r = r1; r-- > r0;) {
             if (r % 2 == 1) {
               even = enc[map[before(chn)] * 256u + st[(r - 1 - r0) * 32 + lane]];
-              EncodeStep<true>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
-                               lt, words_end, x, emitted);
+              EncodeStep<true, false>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
+                                      lt, words_end, x, emitted);
             } else {
               if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded above
-              EncodeStep<false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+              EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
             }
             step_back();
           }
@@ -1568,23 +1607,23 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
           for (int r = 0; r < static_cast<int>(kStageRounds); ++r) en[r] = tables[st[r * 32 + lane]];
 #pragma unroll
           for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            EncodeStep<true>(true, en[r], en[r - 1].y, lt, words_end, x, emitted);
-            EncodeStep<false>(true, en[r - 1], 0, lt, words_end, x, emitted);
+            EncodeStep<true, true>(true, en[r], EntryFreq<true>(en[r - 1]), lt, words_end, x, emitted);
+            EncodeStep<false, true>(true, en[r - 1], 0, lt, words_end, x, emitted);
           }
         } else {
 #pragma unroll
           for (int r = kStageRounds - 1; r >= 0; r -= 2) {
             const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
-            EncodeStep<true>(true, odd, even.y, lt, words_end, x, emitted);
-            EncodeStep<false>(true, even, 0, lt, words_end, x, emitted);
+            EncodeStep<true, true>(true, odd, EntryFreq<true>(even), lt, words_end, x, emitted);
+            EncodeStep<false, true>(true, even, 0, lt, words_end, x, emitted);
           }
         }
       } else {
         for (uint32_t r = r1; r-- > r0;) {
           const uint4 en = tables[st[(r - r0) * 32 + lane]];
           unseen |= en.z;
-          const uint32_t f_even = r % 2 == 1 ? tables[st[(r - 1 - r0) * 32 + lane]].y : 0;
-          EncodeStepAt(r, true, en, f_even, lt, words_end, x, emitted);
+          const uint32_t f_even = r % 2 == 1 ? EntryFreq<true>(tables[st[(r - 1 - r0) * 32 + lane]]) : 0;
+          EncodeStepAt<true>(r, true, en, f_even, lt, words_end, x, emitted);
         }
       }
     }
