@@ -1605,10 +1605,33 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
           uint4 en[kStageRounds];
 #pragma unroll
           for (int r = 0; r < static_cast<int>(kStageRounds); ++r) en[r] = tables[st[r * 32 + lane]];
+          // The segment's words are put out after its rounds: each odd
+          // round keeps its word and whether it emits (bit k of nb), so that
+          // no ballot or store sits between the rounds; then the ballots,
+          // the places, and a store by every lane, one that emits nothing
+          // storing into a spare slot just past the states (a tile's words
+          // take at most half of their space, so none reaches it).
+          uint32_t w[kStageRounds / 2], nb = 0;
 #pragma unroll
           for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            EncodeStep<true, true>(true, en[r], EntryFreq<true>(en[r - 1]), lt, words_end, x, emitted);
+            const int k = (kStageRounds - 1 - r) / 2;
+            const uint32_t bound = (EntryFreq<true>(en[r]) * EntryFreq<true>(en[r - 1]) << 16) - 1u;
+            const bool need = x > bound;
+            asm("and.b32 %0, %1, 0xffff;" : "=r"(w[k]) : "r"(x));
+            nb |= need ? 1u << k : 0u;
+            x = need ? x >> 16 : x;
+            EncodeStep<false, true>(true, en[r], 0, lt, words_end, x, emitted);
             EncodeStep<false, true>(true, en[r - 1], 0, lt, words_end, x, emitted);
+          }
+          unsigned m[kStageRounds / 2];
+#pragma unroll
+          for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) m[k] = __ballot_sync(0xffffffffu, (nb >> k) & 1);
+          const int32_t spare = static_cast<int32_t>(64 + lane) - static_cast<int32_t>(kScratch / 2);
+#pragma unroll
+          for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) {
+            emitted += __popc(m[k]);
+            const int32_t at = static_cast<int32_t>(__popc(m[k] & lt)) - static_cast<int32_t>(emitted);
+            words_end[(nb >> k) & 1 ? at : spare] = static_cast<uint16_t>(w[k]);
           }
         } else {
 #pragma unroll
