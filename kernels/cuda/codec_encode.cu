@@ -76,6 +76,7 @@ struct Workspace {
   uint8_t* map;                // [chunks][kMaxGroupedChannels] final channel -> table
   uint32_t* log2q16;           // [kM + 1] plan::Log2Q16(f), f = 1..kM
   const uint64_t* keys;        // [checksum::kWordsPerBlock] checksum::Key(j)
+  const uint2* magic;          // [kM + 1] ExactEntry's m = ceil(2^40 / f) as {lo, hi}, f = 0..kM ({0, 0} for 0)
   uint32_t* enc;               // [chunks][16][256] freq | cum << 16
   uint32_t* table_ok;          // [chunks] 1: enc holds the order-0 table Plan last chose (table reuse)
   uint32_t* entry;             // [chunks][max_tiles] directory entries
@@ -1113,15 +1114,13 @@ __device__ __forceinline__ uint4 StepEntry(uint2 e) {
 }
 
 // The order-0 entry of table entry e (freq | cum << 16): {m_lo, m_hi, M -
-// freq, cum}, m = ceil(2^40 / f) = 256 rcp + ceil(256 (r + 1) / f) where
-// 2^32 - 1 = rcp f + r (two 32-bit divisions). f = 0, a symbol a sampled
-// table lacks: {0, 0, M, cum} (its tile is RAW, whatever the step makes).
-__device__ __forceinline__ uint4 ExactEntry(uint32_t e) {
-  const uint32_t f = e & 0xffff;
-  if (f == 0) return make_uint4(0, 0, kM, e >> 16);
-  const uint32_t rcp = 0xffffffffu / f, r = 0xffffffffu - rcp * f;
-  const uint64_t m = 256ull * rcp + (256 * (r + 1) + f - 1) / f;
-  return make_uint4(static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32), kM - f, e >> 16);
+// freq, cum}, m = ceil(2^40 / f) from `magic` (Workspace::magic, here a
+// shared-memory copy). f = 0, a symbol a sampled table lacks: {0, 0, M, cum}
+// (its tile is RAW, whatever the step makes).
+__device__ __forceinline__ uint4 ExactEntry(uint32_t e, const uint2* magic) {
+  const uint32_t f = e & 0xffff;  // <= kM
+  const uint2 m = magic[f];
+  return make_uint4(m.x, m.y, kM - f, e >> 16);
 }
 
 // The frequency of a step entry: ExactEntry (kExact) or StepEntry.
@@ -1405,6 +1404,15 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
   const uint32_t tile = blockIdx.x * warps + warp;
   __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
+  // ExactEntry's reciprocals, staged while the kernel before finishes
+  // (Create wrote them), past an order-0 table and SelfPlan's words; a
+  // groups chunk's tables overwrite them, unread (after the barrier
+  // before they are put).
+  constexpr uint32_t kMagicAt = 384;
+  static_assert(kMagicAt >= 256 + (257 + 3) / 4 && kMagicAt + (kM + 2) / 2 <= kMaxTables * 256 / 2,
+                "the reciprocals fit the tables' space past table 0 and SelfPlan's words");
+  uint2* const magic = reinterpret_cast<uint2*>(tables + kMagicAt);
+  for (uint32_t k = threadIdx.x; k <= kM; k += blockDim.x) magic[k] = ws.magic[k];
   WaitForPrevious();
   const int32_t st = status[c];
   ChunkPlan p = ws.plan[c];
@@ -1462,9 +1470,12 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       const uint32_t f = e & 0xffff;
       enc[i] = make_uint2(e, f == 0 ? 0u : 0xffffffffu / f);
     } else {
-      tables[i] = ExactEntry(e);
+      tables[i] = ExactEntry(e, magic);
     }
   };
+  // The reciprocals staged by every thread (SelfPlan's barrier did this
+  // for self-planned calls).
+  if (planned == nullptr) __syncthreads();
   // Self-planned: table 0's entries straight from SelfPlan's words, which
   // lie past them in the tables' space.
   const uint32_t loaded = kSmall && planned != nullptr ? 256 : 0;
@@ -1845,6 +1856,7 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t ma
   Workspace ws{};
   ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));                     // filled by Create
   ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
+  ws.magic = reinterpret_cast<const uint2*>(take((kM + 1) * 8));                    // filled by Create
   ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
   ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
   ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
@@ -1889,8 +1901,8 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->sms_ = CurrentDeviceSms();
   e->l2_bytes_ = CurrentDeviceL2Bytes();
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  // 64 * 24: the regions' alignment (EncodeAsync's take).
-  const uint64_t bytes = 64 * 24 + (kM + 1) * 4 + checksum::kWordsPerBlock * 8 +
+  // 64 * 25: the regions' alignment (Carve's take).
+  const uint64_t bytes = 64 * 25 + (kM + 1) * 12 + checksum::kWordsPerBlock * 8 +
                          n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + kSumBytesPerChunk +
                               2 * kMaxGroupedChannels + 4096 * 4 + 4) +
                          n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
@@ -1914,14 +1926,18 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   if (cudaMemset(e->workspace_, 0, bytes) != cudaSuccess) {
     return absl::InternalError("cannot clear the encoder workspace");
   }
-  // The workspace's first two regions (see EncodeAsync): the planner's log2
-  // table, computed by the very function the CPU planner calls, and the
-  // checksum's position keys.
+  // The workspace's first three regions (Carve): the planner's log2 table,
+  // computed by the very function the CPU planner calls, the checksum's
+  // position keys, and the rANS step's reciprocals (ExactEntry).
   const uint64_t keys_at = ((kM + 1) * 4 + 63) & ~uint64_t{63};
-  std::vector<uint8_t> head(keys_at + checksum::kWordsPerBlock * 8, 0);
+  const uint64_t magic_at = keys_at + ((checksum::kWordsPerBlock * 8 + 63) & ~uint64_t{63});
+  std::vector<uint8_t> head(magic_at + (kM + 1) * 8, 0);
   for (uint32_t f = 1; f <= kM; ++f) {
     const uint32_t v = plan::Log2Q16(f);
     std::memcpy(head.data() + 4 * f, &v, 4);
+    const uint64_t m = ((uint64_t{1} << 40) + f - 1) / f;
+    const uint32_t lo_hi[2] = {static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32)};
+    std::memcpy(head.data() + magic_at + 8 * f, lo_hi, 8);
   }
   for (uint32_t j = 0; j < checksum::kWordsPerBlock; ++j) {
     const uint64_t k = checksum::Key(j);
