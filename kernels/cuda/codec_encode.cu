@@ -1463,8 +1463,9 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   if (kFused) {
     for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
   }
-  // Each entry's reciprocal is formed here, an entry a thread, rather
-  // than by the single Plan block, where 8 divisions a lane sat on its path.
+  // Each entry's step form is made here, an entry a thread (order-0: its
+  // reciprocal from the staged table; groups: a division), rather than by
+  // the single Plan block, where 8 divisions a lane sat on its path.
   auto put = [&](uint32_t i, uint32_t e) {
     if (groups) {
       const uint32_t f = e & 0xffff;
