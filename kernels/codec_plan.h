@@ -35,6 +35,44 @@ KVF_HD uint32_t Log2Q16(uint32_t f) {
 // frequency is f (1..kM): count * (kProbBits - log2 f).
 KVF_HD uint64_t CostQ16(uint64_t count, uint32_t f) { return count * ((uint64_t{kProbBits} << 16) - Log2Q16(f)); }
 
+// Refined tables (fp8 e5m2; docs/codec-format.md, "Table refinement"):
+// after the normalisation, unit moves of probability from one symbol to
+// another while a move lowers the estimated size (CostQ16), at most
+// kMaxRefineMoves of them. Each move takes one unit from the donor, the
+// symbol (f > 1) of least MoveLoss, and gives it to the taker, the symbol
+// (f < kM) of most MoveGain, the lower symbol on ties; the refinement stops
+// when the taker is the donor or gains no more than the donor loses. (Donor
+// and taker are chosen independently, so that a warp finds both at once.)
+// Both values fit 56 bits (counts at most 2^40, log2 steps at most 2^16).
+constexpr uint32_t kMaxRefineMoves = 64;  // e5m2 has 32 exponents: the normalisation is never that far off
+// Whether tables of this dtype (codec::DType's value) are refined: fp8 e5m2.
+KVF_HD constexpr bool Refined(uint32_t dtype) { return dtype == 5; }
+KVF_HD uint64_t MoveLoss(uint64_t count, uint32_t f) { return count * (Log2Q16(f) - Log2Q16(f - 1)); }
+KVF_HD uint64_t MoveGain(uint64_t count, uint32_t f) { return count * (Log2Q16(f + 1) - Log2Q16(f)); }
+
+// The refinement on one thread (the CPU encoder; the CUDA encoder makes the
+// same moves a warp at a time): f is a normalised table of hist.
+inline void RefineTable(const uint64_t hist[256], uint32_t f[256]) {
+  for (uint32_t move = 0; move < kMaxRefineMoves; ++move) {
+    int d = -1, t = -1;
+    uint64_t loss = 0, gain = 0;
+    for (int s = 0; s < 256; ++s) {
+      if (hist[s] == 0) continue;
+      if (f[s] > 1) {
+        const uint64_t l = MoveLoss(hist[s], f[s]);
+        if (d < 0 || l < loss) d = s, loss = l;
+      }
+      if (f[s] < kM) {
+        const uint64_t g = MoveGain(hist[s], f[s]);
+        if (t < 0 || g > gain) t = s, gain = g;
+      }
+    }
+    if (d < 0 || t < 0 || t == d || gain <= loss) return;
+    --f[d];
+    ++f[t];
+  }
+}
+
 // The channel order of KV-aware mode sorts these keys: the channel's mean
 // exponent in 16.16 fixed point (floor), ties broken by channel index.
 KVF_HD uint64_t ChannelKey(uint64_t symbol_sum, uint64_t count, uint32_t channel) {

@@ -224,8 +224,13 @@ struct Table {
   }
 };
 
-// Deterministic normalisation to sum kM (see the format doc).
-Table Normalize(const uint64_t hist[256]) {
+static_assert(plan::Refined(static_cast<uint32_t>(DType::kFP8E5M2)) &&
+                  !plan::Refined(static_cast<uint32_t>(DType::kBF16)),
+              "plan::Refined names fp8 e5m2 by its DType value");
+
+// Deterministic normalisation to sum kM (see the format doc), refined
+// (plan::RefineTable) for the dtypes whose tables are.
+Table Normalize(const uint64_t hist[256], bool refine) {
   Table t;
   uint64_t total = 0;
   for (int s = 0; s < 256; ++s) total += hist[s];
@@ -255,6 +260,7 @@ Table Normalize(const uint64_t hist[256]) {
     --t.freq[best];
     ++d;
   }
+  if (refine) plan::RefineTable(hist, t.freq);
   t.Finish();
   return t;
 }
@@ -869,7 +875,7 @@ void CountSymbols(absl::Span<const uint8_t> sym, uint64_t part[4][256]) {
 // its sample (plan::Sampled): elements [k block, (k + 1) block) for k a
 // multiple of plan::kSampleStride. A sampled cost is scaled by the stride
 // (an estimate, as split-send's EstimatedChunkBytes is).
-Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
+Grouping Order0(absl::Span<const uint8_t> sym, bool refine, uint64_t block = 0) {
   uint64_t part[4][256] = {};
   if (block == 0) {
     CountSymbols(sym, part);
@@ -887,7 +893,7 @@ Grouping Order0(absl::Span<const uint8_t> sym, uint64_t block = 0) {
     for (int s = 1; s < 255 && holes <= plan::kMaxSampleHoles; ++s) hist[s] += hole[s];
   }
   Grouping g;
-  g.tables.push_back(Normalize(hist));
+  g.tables.push_back(Normalize(hist, refine));
   g.side_bytes = TableBytes(g.tables[0]);
   g.cost_q16 = CostQ16(hist, g.tables[0]) * (block == 0 ? 1 : plan::kSampleStride);
   return g;
@@ -947,7 +953,7 @@ class ChannelStats {
     }
   }
 
-  Grouping Groups(uint32_t groups) const {
+  Grouping Groups(uint32_t groups, bool refine) const {
     const uint32_t shift = groups == 2 ? 3 : groups == 4 ? 2 : groups == 8 ? 1 : 0;
     Grouping g;
     g.groups = groups;
@@ -959,7 +965,7 @@ class ChannelStats {
     }
     g.side_bytes = channels_;
     for (uint32_t k = 0; k < groups; ++k) {
-      g.tables.push_back(Normalize(&hist[k * 256]));
+      g.tables.push_back(Normalize(&hist[k * 256], refine));
       g.side_bytes += TableBytes(g.tables.back());
       g.cost_q16 += CostQ16(&hist[k * 256], g.tables.back());
     }
@@ -1176,13 +1182,14 @@ absl::StatusOr<size_t> Encode(const EncodeOptions& o, const void* in_v, size_t i
   const bool grouping =
       o.table == nullptr && o.channel_groups && channels >= 2 && channels <= kMaxGroupedChannels && n >= channels;
   const bool sampled = o.table != nullptr || plan::Sampled(o.dtype == DType::kBF16, n, grouping);
-  Grouping best =
-      o.table != nullptr ? Given(*o.table) : Order0({sym, n}, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
+  const bool refine = plan::Refined(static_cast<uint32_t>(o.dtype));
+  Grouping best = o.table != nullptr ? Given(*o.table)
+                                     : Order0({sym, n}, refine, sampled ? plan::kSampleBlockBytes / sp.info.bytes : 0);
   if (grouping) {
     const ChannelStats stats({sym, n}, channels);
     for (uint32_t g : {2u, 4u, 8u, 16u}) {
       if (g > channels) break;
-      Grouping cand = stats.Groups(g);
+      Grouping cand = stats.Groups(g, refine);
       if (cand.TotalQ16() < best.TotalQ16()) best = std::move(cand);
     }
   }

@@ -611,14 +611,75 @@ __device__ __forceinline__ uint2 WarpTableRange(const uint32_t (&f)[8]) {
   return hi < 0 ? make_uint2(0, 0) : make_uint2(lo, hi - lo + 1);
 }
 
+// The least (WarpMin64) or most (WarpMax64) 64-bit value of the warp, on
+// every lane: two 32-bit reductions, the high words' and then the low words'
+// of the lanes holding that high word.
+__device__ __forceinline__ uint64_t WarpMin64(uint64_t v) {
+  const uint32_t hi = __reduce_min_sync(0xffffffffu, static_cast<uint32_t>(v >> 32));
+  const uint32_t lo =
+      __reduce_min_sync(0xffffffffu, static_cast<uint32_t>(v >> 32) == hi ? static_cast<uint32_t>(v) : ~0u);
+  return uint64_t{hi} << 32 | lo;
+}
+__device__ __forceinline__ uint64_t WarpMax64(uint64_t v) {
+  const uint32_t hi = __reduce_max_sync(0xffffffffu, static_cast<uint32_t>(v >> 32));
+  const uint32_t lo =
+      __reduce_max_sync(0xffffffffu, static_cast<uint32_t>(v >> 32) == hi ? static_cast<uint32_t>(v) : 0u);
+  return uint64_t{hi} << 32 | lo;
+}
+
+// plan::Log2Q16(x) for x uniform across the warp, from the warp's copy of
+// the table: t[k] on lane j is plan::Log2Q16(32 k + j) (0 for 0).
+// (A tree of selects by the bits of x / 32: a chain of eight became an
+// index into a copy of t in local memory.)
+__device__ __forceinline__ uint32_t WarpLog2(const uint32_t (&t)[8], uint32_t x) {
+  const bool b0 = x & 32, b1 = x & 64, b2 = x & 128;
+  const uint32_t w01 = b0 ? t[1] : t[0], w23 = b0 ? t[3] : t[2], w45 = b0 ? t[5] : t[4], w67 = b0 ? t[7] : t[6];
+  const uint32_t w = b2 ? (b1 ? w67 : w45) : (b1 ? w23 : w01);
+  const uint32_t v = __shfl_sync(0xffffffffu, w, x % 32);
+  return x >= kM ? kProbBits << 16 : v;  // plan::Log2Q16(kM)
+}
+
+// plan::RefineTable for a table of at most 32 symbols (fp8 e5m2's exponents,
+// symbols 0..31), one symbol a lane: lane s holds symbol s's count h and
+// frequency f and gets its refined frequency back. A move reduces two keys
+// (value << 5 | symbol; values fit 56 bits) side by side: the least loss,
+// lower symbol first, and the most gain, lower symbol first (31 - symbol in
+// the key). L: plan::Log2Q16's table, read once into registers (t, 8 words
+// a lane); each lane keeps log2 of f - 1, f and f + 1, and a move's two new
+// values come from t by shuffles. Not inlined, so that the bf16 path's
+// registers stay as they are (inlined in SelfPlan, an earlier refinement of
+// 8 symbols a lane took the small Tiles instance from 128 to 145 registers).
+__device__ __noinline__ uint32_t WarpRefine32(uint64_t h, uint32_t f, const uint32_t* L) {
+  const uint32_t s = threadIdx.x % 32;
+  uint32_t t[8];
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) t[k] = __ldg(L + 32 * k + s);
+  uint32_t lm = __ldg(L + (f > 0 ? f - 1 : 0)), l0 = __ldg(L + f), lp = __ldg(L + min(f + 1, kM));
+  for (uint32_t move = 0; move < plan::kMaxRefineMoves; ++move) {
+    const bool gives = h != 0 && f > 1, takes = h != 0 && f < kM;
+    const uint64_t dk = WarpMin64(gives ? (h * (l0 - lm)) << 5 | s : ~uint64_t{0});        // plan::MoveLoss
+    const uint64_t tk = WarpMax64(takes ? (h * (lp - l0)) << 5 | (31 - s) : uint64_t{0});  // plan::MoveGain (> 0)
+    const uint32_t d = static_cast<uint32_t>(dk & 31), up = 31 - static_cast<uint32_t>(tk & 31);
+    if (dk == ~uint64_t{0} || tk == 0 || up == d || (tk >> 5) <= (dk >> 5)) break;  // uniform
+    const uint32_t below = WarpLog2(t, __shfl_sync(0xffffffffu, f, d) - 2);
+    const uint32_t above = WarpLog2(t, __shfl_sync(0xffffffffu, f, up) + 2);
+    const uint32_t m = lm, z = l0, q = lp;
+    if (s == d) f -= 1, lm = below, l0 = m, lp = z;
+    if (s == up) f += 1, lm = z, l0 = q, lp = above;
+  }
+  return f;
+}
+
 // One warp normalises a histogram (lane l holds symbols 8l..8l+7 in h) exactly
 // as kernels/cpu/codec.cc Normalize, and returns the estimated size (Q16 bits
 // plus 8 bits per table byte, in Q16) on every lane. Without log2q16 the
 // symbols' bits are left out (8 table loads from memory, about 0.7 us on an
 // H100), for a call that neither compares candidates nor estimates sizes.
 // The table's symbol range (WarpTableRange) goes to *range where given.
+// With refine (plan::Log2Q16's table, given for a dtype plan::Refined
+// names, whose symbols are 0..31) the table is then refined (WarpRefine32).
 __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const uint32_t* log2q16,
-                                  uint2* range = nullptr) {
+                                  uint2* range = nullptr, const uint32_t* refine = nullptr) {
   const int lane = threadIdx.x % 32;
   uint64_t total = 0;
   for (int k = 0; k < 8; ++k) total += h[k];
@@ -698,6 +759,23 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const u
         if (before < r) --f[k];
         ++before;
       }
+    }
+  }
+  if (refine != nullptr) {
+    // Symbol l to lane l (lanes 0..3 hold symbols 0..31), and back.
+    uint64_t hs = 0;
+    uint32_t fs = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint64_t hk = __shfl_sync(0xffffffffu, h[k], lane / 8);
+      const uint32_t fk = __shfl_sync(0xffffffffu, f[k], lane / 8);
+      if (lane % 8 == k) hs = hk, fs = fk;
+    }
+    fs = WarpRefine32(hs, fs, refine);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t fk = __shfl_sync(0xffffffffu, fs, (8 * lane + k) % 32);
+      if (lane < 4) f[k] = fk;
     }
   }
   uint64_t cost = 0;
@@ -945,7 +1023,8 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
   }
   if (warp == 0) {  // the order-0 table
     uint32_t f[8];
-    const uint64_t q = WarpNormalize(h0, f, p.grouping || ws.estimate != nullptr ? ws.log2q16 : nullptr);
+    const uint64_t q = WarpNormalize(h0, f, p.grouping || ws.estimate != nullptr ? ws.log2q16 : nullptr, nullptr,
+                                     plan::Refined(p.dtype) ? ws.log2q16 : nullptr);
     for (int k = 0; k < 8; ++k) freq[0][8 * lane + k] = f[k];
     if (lane == 0) cost[0] = q;
   }
@@ -959,7 +1038,7 @@ __global__ void __launch_bounds__(256) PlanKernel(const EncodeChunk* chunks, con
         for (int k = 0; k < 8; ++k) h[k] += ws.hist16[c * 4096ull + g * 256 + 8 * lane + k];
       }
       uint32_t f[8];
-      const uint64_t q = WarpNormalize(h, f, ws.log2q16);
+      const uint64_t q = WarpNormalize(h, f, ws.log2q16, nullptr, plan::Refined(p.dtype) ? ws.log2q16 : nullptr);
       for (int k = 0; k < 8; ++k) freq[slot][8 * lane + k] = f[k];
       if (lane == 0) cost[slot] = q;
     }
@@ -1349,7 +1428,7 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
     for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
     uint32_t f[8];
     uint2 range;
-    WarpNormalize(h, f, nullptr, &range);
+    WarpNormalize(h, f, nullptr, &range, plan::Refined(p.dtype) ? ws.log2q16 : nullptr);
     WarpEncodeEntries(f, [words](uint32_t s, uint32_t e) { words[s] = e; });
     ChunkPlan q = p;
     q.tables = 1;

@@ -723,6 +723,41 @@ TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
   }
 }
 
+// fp8 e5m2 tables are refined alike on either side (plan::RefineTable):
+// peaked chunks whose refinement stops where the donor is the symbol of most
+// gain (testing::kDonorGainsMost), and KV-like data whose refined table
+// differs from the plain one (as Codec.OnlyFp8E5m2TablesAreRefined checks),
+// are the CPU's bytes whether Tiles plans them (a self-planned call) or
+// Plan does (channel groups on; with a layout, group tables are refined too).
+TEST_F(CudaCodec, RefinedTablesAreTheCpuTables) {
+  std::vector<EncodeCase> cases;
+  for (uint32_t c = 0; c < 2; ++c) {
+    EncodeCase cs;
+    cs.options.dtype = DType::kFP8E5M2;
+    cs.input = testing::E5m2WithExponents(testing::kDonorGainsMost[c], 60 + c);
+    cases.push_back(std::move(cs));
+  }
+  EncodeCase kv;
+  kv.options.dtype = DType::kFP8E5M2;
+  kv.input = testing::KvLike(DType::kFP8E5M2, size_t{1} << 20, 64, 3, 1.2f);
+  cases.push_back(kv);
+  for (bool planned : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "Plan kernel " << planned);
+    if (planned) {
+      kv.options.layout = {0, 1, 64};
+      cases.push_back(kv);
+    }
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/planned);
+    for (size_t k = 0; k < cases.size(); ++k) {
+      ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ": " << FirstDifference(gpu[k], cpu);
+    }
+  }
+}
+
 // A call that promises no KV-aware chunk skips the channel-ranking kernels:
 // its order-0 chunks (with or without a layout) are the CPU's bytes, and a
 // chunk that asks for channel groups anyway is refused, not coded otherwise.

@@ -60,6 +60,103 @@ TEST(CodecPlan, Log2Q16IsMonotonicAndWithinOneUlp) {
   EXPECT_EQ(plan::Log2Q16(4096), 12u << 16);
 }
 
+// The format's plain normalisation (docs/codec-format.md, "Normalisation").
+void PlainNormalisation(const uint64_t h[256], uint32_t f[256]) {
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s) total += h[s];
+  int64_t sum = 0;
+  int most = 0;
+  for (int s = 0; s < 256; ++s) {
+    f[s] = h[s] == 0 ? 0 : static_cast<uint32_t>(std::max<uint64_t>(1, h[s] * plan::kM / total));
+    sum += f[s];
+    if (h[s] > h[most]) most = s;
+  }
+  if (sum < plan::kM) f[most] += static_cast<uint32_t>(plan::kM - sum);
+  for (; sum > plan::kM; --sum) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (f[s] > 1 && (best < 0 || f[s] > f[best])) best = s;
+    }
+    --f[best];
+  }
+}
+
+uint64_t TableCostQ16(const uint64_t h[256], const uint32_t f[256]) {
+  uint64_t q = 0;
+  for (int s = 0; s < 256; ++s) q += h[s] == 0 ? 0 : plan::CostQ16(h[s], f[s]);
+  return q;
+}
+
+// Refinement (fp8 e5m2's tables) keeps a valid table, never costs more, and
+// stops where no unit move from one symbol to another lowers the cost: on
+// histograms like e5m2's (a few common exponents, a long tail of rare ones)
+// it moves units, and its result is a fixed point.
+TEST(CodecPlan, RefinedTablesAreValidNoCostlierAndLocallyBest) {
+  std::mt19937_64 rng(7);
+  int moved = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    uint64_t h[256] = {};
+    const int symbols = 2 + static_cast<int>(rng() % 31);
+    for (int k = 0; k < symbols; ++k) {
+      const double scale = std::pow(10.0, static_cast<double>(rng() % 60) / 10.0);  // 1 .. 10^6
+      h[(k * 7 + trial) % 32] += 1 + static_cast<uint64_t>(scale * static_cast<double>(rng() % 1000) / 1000.0);
+    }
+    uint32_t f[256], r[256];
+    PlainNormalisation(h, f);
+    std::copy(f, f + 256, r);
+    plan::RefineTable(h, r);
+    uint32_t sum = 0;
+    for (int s = 0; s < 256; ++s) {
+      sum += r[s];
+      EXPECT_EQ(r[s] == 0, h[s] == 0) << trial << " symbol " << s;
+    }
+    EXPECT_EQ(sum, plan::kM) << trial;
+    EXPECT_LE(TableCostQ16(h, r), TableCostQ16(h, f)) << trial;
+    moved += !std::equal(f, f + 256, r);
+    uint32_t again[256];
+    std::copy(r, r + 256, again);
+    plan::RefineTable(h, again);
+    EXPECT_TRUE(std::equal(r, r + 256, again)) << trial << ": not a fixed point";
+    // No move from the cheapest donor to any other symbol pays.
+    int d = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (h[s] != 0 && r[s] > 1 && (d < 0 || plan::MoveLoss(h[s], r[s]) < plan::MoveLoss(h[d], r[d]))) d = s;
+    }
+    for (int s = 0; d >= 0 && s < 256; ++s) {
+      if (h[s] != 0 && s != d && r[s] < plan::kM) {
+        EXPECT_LE(plan::MoveGain(h[s], r[s]), plan::MoveLoss(h[d], r[d])) << trial << " " << d << " -> " << s;
+      }
+    }
+  }
+  EXPECT_GT(moved, 20) << "the refinement should move units on most such histograms";
+}
+
+// The refinement stops when the symbol of most gain is the donor, even where
+// that symbol's step up gains as much as its step down loses (frequencies
+// 240 and 255 of the integer log2): testing::kDonorGainsMost's histograms
+// move 0 and 1 units, and end with donor and taker the same symbol.
+TEST(CodecPlan, RefinementStopsWhenTheDonorGainsMost) {
+  const int moves[2] = {0, 1};
+  for (int c = 0; c < 2; ++c) {
+    uint64_t h[256] = {};
+    for (const auto& [e, n] : testing::kDonorGainsMost[c]) h[e] = n;
+    uint32_t f[256], r[256];
+    PlainNormalisation(h, f);
+    std::copy(f, f + 256, r);
+    plan::RefineTable(h, r);
+    int moved = 0, d = -1, t = -1;
+    for (int s = 0; s < 256; ++s) {
+      moved += r[s] > f[s] ? static_cast<int>(r[s] - f[s]) : 0;
+      if (h[s] == 0) continue;
+      if (r[s] > 1 && (d < 0 || plan::MoveLoss(h[s], r[s]) < plan::MoveLoss(h[d], r[d]))) d = s;
+      if (r[s] < plan::kM && (t < 0 || plan::MoveGain(h[s], r[s]) > plan::MoveGain(h[t], r[t]))) t = s;
+    }
+    EXPECT_EQ(moved, moves[c]) << c;
+    EXPECT_EQ(d, t) << c;
+    EXPECT_GE(plan::MoveGain(h[d], r[d]), plan::MoveLoss(h[d], r[d])) << c << ": not a step that gains what it loses";
+  }
+}
+
 TEST(CodecPlan, SixteenGroupsShiftToFewerGroups) {
   for (uint64_t channels : {2u, 3u, 5u, 16u, 17u, 192u, 1000u, 8192u}) {
     for (uint64_t rank = 0; rank < channels; ++rank) {
@@ -555,6 +652,36 @@ TEST(Codec, SampledTablesFillAFewHoles) {
   const auto chunk = Encoded(EncodeOptions{}, small);
   EXPECT_EQ(TableOf(chunk.data(), chunk.size())->freq[121], 1u);
   EXPECT_EQ(Inspect(chunk.data(), chunk.size())->raw_tiles, 0u);
+}
+
+// The encoder refines fp8 e5m2's tables and no other dtype's: each chunk's
+// table is the plain normalisation of its symbols, refined for e5m2.
+TEST(Codec, OnlyFp8E5m2TablesAreRefined) {
+  const size_t n = 1 << 20;
+  for (const DType dtype : {DType::kFP8E5M2, DType::kFP8E4M3, DType::kBF16}) {
+    const auto in = testing::KvLike(dtype, n, 64, 3, 1.2f);
+    EncodeOptions o;
+    o.dtype = dtype;
+    const auto chunk = Encoded(o, in);
+    auto table = TableOf(chunk.data(), chunk.size());
+    ASSERT_TRUE(table.ok()) << table.status();
+    // The symbols: fp8 bits 6..2 (e5m2) or 6..3 (e4m3); bf16 bits 14..7.
+    uint64_t h[256] = {};
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t v = dtype == DType::kBF16 ? (in[2 * i] | in[2 * i + 1] << 8) : in[i];
+      ++h[dtype == DType::kBF16 ? (v >> 7) & 0xff : dtype == DType::kFP8E5M2 ? (v >> 2) & 31 : (v >> 3) & 15];
+    }
+    uint32_t want[256], plain[256];
+    PlainNormalisation(h, want);
+    std::copy(want, want + 256, plain);
+    if (dtype == DType::kFP8E5M2) plan::RefineTable(h, want);
+    for (int s = 0; s < 256; ++s) EXPECT_EQ(table->freq[s], want[s]) << static_cast<int>(dtype) << " symbol " << s;
+    if (dtype == DType::kFP8E5M2) {
+      EXPECT_FALSE(std::equal(want, want + 256, plain)) << "this data should need a refined table";
+      EXPECT_LT(TableCostQ16(h, want), TableCostQ16(h, plain));
+    }
+    EXPECT_TRUE(Decoded(chunk, in.size()) == in);
+  }
 }
 
 // Table reuse (EncodeOptions::table): a chunk coded with another chunk's

@@ -2,10 +2,12 @@
 // with a log-normal scale per channel (KV caches carry per-channel scale).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/codec.h"
@@ -49,5 +51,25 @@ inline std::vector<uint8_t> ExponentProbe(size_t elements, const std::vector<uin
   }
   return v;
 }
+
+// fp8 e5m2 elements with these exponent counts ({exponent, count}), in a
+// shuffled order, their signs and mantissas varying.
+inline std::vector<uint8_t> E5m2WithExponents(const std::vector<std::pair<uint32_t, uint32_t>>& counts, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v;
+  for (const auto& [e, n] : counts) {
+    for (uint32_t i = 0; i < n; ++i) v.push_back(static_cast<uint8_t>((rng() & 1) << 7 | (e & 31) << 2 | (rng() & 3)));
+  }
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+// Peaked exponent counts (one exponent holds 99.5% and 94% of the values)
+// whose table refinement stops because the symbol of most gain is the donor
+// itself: at once (at frequency 255), and after one move (at 240). Where a
+// step up may gain as much as a step down loses (frequencies 240 and 255),
+// a warp's side-by-side choice of donor and taker is tested here.
+inline const std::vector<std::pair<uint32_t, uint32_t>> kDonorGainsMost[2] = {
+    {{25, 65210}, {30, 326}}, {{5, 830}, {16, 898}, {23, 2411}, {26, 61396}}};
 
 }  // namespace kvferry::testing
