@@ -16,6 +16,7 @@
 // and Place only:
 //   Reuse     each chunk's request checked and planned with the order-0
 //             table its slot's last planned call chose, written into the chunk
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -1924,13 +1925,16 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   sizes[c] = kHeader + payload;
 }
 
-// The workspace's regions (sized by Create).
-Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t max_chunk_bytes) {
+// The workspace's regions, each 64-byte aligned, carved from `workspace`;
+// *bytes, where given, gets the size they take in all. With a null
+// workspace only that size is computed (Create's allocation).
+Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t max_chunk_bytes,
+                uint64_t* bytes = nullptr) {
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  uint8_t* p = static_cast<uint8_t*>(workspace);
-  auto take = [&p](uint64_t b) {
-    uint8_t* r = p;
-    p += (b + 63) & ~uint64_t{63};
+  uint64_t used = 0;
+  auto take = [&used, workspace](uint64_t b) {
+    uint8_t* r = workspace != nullptr ? static_cast<uint8_t*>(workspace) + used : nullptr;
+    used += (b + 63) & ~uint64_t{63};
     return r;
   };
   Workspace ws{};
@@ -1957,6 +1961,7 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t ma
   ws.max_tiles = max_tiles;
   ws.groups = 0;
   ws.one_pass_only = 0;
+  if (bytes != nullptr) *bytes = used;
   return ws;
 }
 
@@ -1980,13 +1985,8 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   e->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));  // >= tiles of any dtype
   e->sms_ = CurrentDeviceSms();
   e->l2_bytes_ = CurrentDeviceL2Bytes();
-  const uint64_t n = static_cast<uint64_t>(max_chunks);
-  // 64 * 25: the regions' alignment (Carve's take).
-  const uint64_t bytes = 64 * 25 + (kM + 1) * 12 + checksum::kWordsPerBlock * 8 +
-                         n * (sizeof(ChunkPlan) + 256 * 8 + kMaxGroupedChannels * 8 + 4096 * 8 + kSumBytesPerChunk +
-                              2 * kMaxGroupedChannels + 4096 * 4 + 4) +
-                         n * e->max_tiles_ * (4 + 4 + static_cast<uint64_t>(kScratch) + plan::kCarryBytes) +
-                         n * TsumSlots(e->max_tiles_) * 8ull;
+  uint64_t bytes = 0;
+  Carve(nullptr, max_chunks, e->max_tiles_, max_chunk_bytes, &bytes);
   if (cudaFuncSetAttribute(SplitKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kSplitShared)) != cudaSuccess ||
       cudaFuncSetAttribute(SplitKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2006,22 +2006,27 @@ absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Create(int max_chunks, uint64_
   if (cudaMemset(e->workspace_, 0, bytes) != cudaSuccess) {
     return absl::InternalError("cannot clear the encoder workspace");
   }
-  // The workspace's first three regions (Carve): the planner's log2 table,
-  // computed by the very function the CPU planner calls, the checksum's
-  // position keys, and the rANS step's reciprocals (ExactEntry).
-  const uint64_t keys_at = ((kM + 1) * 4 + 63) & ~uint64_t{63};
-  const uint64_t magic_at = keys_at + ((checksum::kWordsPerBlock * 8 + 63) & ~uint64_t{63});
-  std::vector<uint8_t> head(magic_at + (kM + 1) * 8, 0);
+  // The workspace's first three regions (Carve), written from the host in
+  // one copy: the planner's log2 table, computed by the very function the
+  // CPU planner calls, the checksum's position keys, and the rANS step's
+  // reciprocals (ExactEntry).
+  const Workspace ws = Carve(e->workspace_, max_chunks, e->max_tiles_, max_chunk_bytes);
+  const auto at = [&e](const void* region) {
+    return static_cast<uint64_t>(static_cast<const uint8_t*>(region) - static_cast<const uint8_t*>(e->workspace_));
+  };
+  std::vector<uint8_t> head(std::max({at(ws.log2q16) + (kM + 1) * 4, at(ws.keys) + checksum::kWordsPerBlock * 8,
+                                      at(ws.magic) + (kM + 1) * 8}),
+                            0);
   for (uint32_t f = 1; f <= kM; ++f) {
     const uint32_t v = plan::Log2Q16(f);
-    std::memcpy(head.data() + 4 * f, &v, 4);
+    std::memcpy(head.data() + at(ws.log2q16) + 4 * f, &v, 4);
     const uint64_t m = ((uint64_t{1} << 40) + f - 1) / f;
     const uint32_t lo_hi[2] = {static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32)};
-    std::memcpy(head.data() + magic_at + 8 * f, lo_hi, 8);
+    std::memcpy(head.data() + at(ws.magic) + 8 * f, lo_hi, 8);
   }
   for (uint32_t j = 0; j < checksum::kWordsPerBlock; ++j) {
     const uint64_t k = checksum::Key(j);
-    std::memcpy(head.data() + keys_at + 8 * j, &k, 8);
+    std::memcpy(head.data() + at(ws.keys) + 8 * j, &k, 8);
   }
   // From pageable memory cudaMemcpy may return before the data has landed, and
   // callers' streams need not wait for the legacy stream: wait for it here.
