@@ -647,9 +647,11 @@ __device__ __forceinline__ uint32_t WarpLog2(const uint32_t (&t)[8], uint32_t x)
 // lower symbol first, and the most gain, lower symbol first (31 - symbol in
 // the key). L: plan::Log2Q16's table, read once into registers (t, 8 words
 // a lane); each lane keeps log2 of f - 1, f and f + 1, and a move's two new
-// values come from t by shuffles. Not inlined, so that the bf16 path's
-// registers stay as they are (inlined in SelfPlan, an earlier refinement of
-// 8 symbols a lane took the small Tiles instance from 128 to 145 registers).
+// values come from t by shuffles. Not inlined, to keep this e5m2-only loop
+// apart from the bf16 path's code and registers: the small Tiles instance
+// has 124 registers with it, 128 without (inlined in SelfPlan, an earlier
+// refinement of 8 symbols a lane took it to 145, and bf16 calls 0.8 us
+// longer; this one leaves them within their spread, docs/performance.md).
 __device__ __noinline__ uint32_t WarpRefine32(uint64_t h, uint32_t f, const uint32_t* L) {
   const uint32_t s = threadIdx.x % 32;
   uint32_t t[8];
