@@ -289,6 +289,26 @@ inline uint64_t CurrentDeviceL2Bytes() {
   return static_cast<uint64_t>(CurrentDeviceAttribute(cudaDevAttrL2CacheSize, 0));
 }
 
+// A coder's workspace, carved into regions one after another, each aligned
+// to kAlign bytes: the same calls size it (a null base: Take returns null,
+// used() counts) and lay it out, so the layout is written once.
+template <uint64_t kAlign>
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<uint8_t*>(base)) {}
+  template <typename T>
+  T* Take(uint64_t bytes) {
+    T* r = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (bytes + kAlign - 1) & ~(kAlign - 1);
+    return r;
+  }
+  uint64_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  uint64_t used_ = 0;
+};
+
 template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    Args&&... args) {

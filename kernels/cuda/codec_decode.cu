@@ -1250,6 +1250,25 @@ absl::Status ToStatus(int32_t code) {
   }
 }
 
+namespace {
+
+// The workspace's regions, each 16-byte aligned, carved from `workspace`;
+// *bytes, where given, gets the size they take in all. With a null
+// workspace only that size is computed (Create's allocation).
+Workspace Carve(void* workspace, int max_chunks, uint64_t* bytes = nullptr) {
+  const uint64_t n = static_cast<uint64_t>(max_chunks);
+  Carver<16> carve(workspace);
+  Workspace ws;
+  ws.state = carve.Take<ChunkState>(n * sizeof(ChunkState));
+  ws.tables = carve.Take<SlotTable>(n * sizeof(SlotTable));
+  ws.groups = carve.Take<GroupTables>(n * sizeof(GroupTables));
+  ws.sum = carve.Take<unsigned long long>(n * kSumBytesPerChunk);
+  if (bytes != nullptr) *bytes = carve.used();
+  return ws;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_t max_chunk_bytes) {
   if (max_chunks < 1 || max_chunk_bytes < 1) return absl::InvalidArgumentError("decoder must hold >= 1 chunk");
   auto d = std::unique_ptr<Decoder>(new Decoder());
@@ -1260,9 +1279,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(int max_chunks, uint64_
   // with more (a tile size forced smaller) is refused as too large.
   d->max_tiles_ = static_cast<uint32_t>(plan::MaxTiles(max_chunk_bytes));
   d->sms_ = CurrentDeviceSms();
-  const uint64_t n = static_cast<uint64_t>(max_chunks);
-  const uint64_t bytes =
-      n * sizeof(ChunkState) + n * (sizeof(SlotTable) + sizeof(GroupTables) + 16) + n * kSumBytesPerChunk + 256;
+  uint64_t bytes = 0;
+  Carve(nullptr, max_chunks, &bytes);
   if (cudaFuncSetAttribute(DecodeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(sizeof(DecodeShared))) != cudaSuccess ||
       cudaFuncSetAttribute(DecodeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1291,20 +1309,7 @@ size_t Decoder::graphs() const { return graphs_->size(); }
 
 cudaError_t Decoder::DecodeAsync(const DeviceChunk* chunks, int count, int32_t* status, cudaStream_t stream) {
   if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
-  auto* base = static_cast<uint8_t*>(workspace_);
-  const uint64_t n = static_cast<uint64_t>(max_chunks_);
-  Workspace ws;
-  auto align = [](uint8_t* p) {
-    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15});
-  };
-  uint8_t* p = align(base);
-  ws.state = reinterpret_cast<ChunkState*>(p);
-  p = align(p + n * sizeof(ChunkState));
-  ws.tables = reinterpret_cast<SlotTable*>(p);
-  p = align(p + n * sizeof(SlotTable));
-  ws.groups = reinterpret_cast<GroupTables*>(p);
-  p = align(p + n * sizeof(GroupTables));
-  ws.sum = reinterpret_cast<unsigned long long*>(p);
+  const Workspace ws = Carve(workspace_, max_chunks_);
   // Two passes a block (DecodeKernel) when one tile group a block would not
   // fit one wave of blocks.
   const uint32_t warps = WarpsPerTileBlock(max_tiles_, count, sms_);

@@ -1933,37 +1933,32 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
 Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t max_chunk_bytes,
                 uint64_t* bytes = nullptr) {
   const uint64_t n = static_cast<uint64_t>(max_chunks);
-  uint64_t used = 0;
-  auto take = [&used, workspace](uint64_t b) {
-    uint8_t* r = workspace != nullptr ? static_cast<uint8_t*>(workspace) + used : nullptr;
-    used += (b + 63) & ~uint64_t{63};
-    return r;
-  };
+  Carver<64> carve(workspace);
   Workspace ws{};
-  ws.log2q16 = reinterpret_cast<uint32_t*>(take((kM + 1) * 4));                     // filled by Create
-  ws.keys = reinterpret_cast<const uint64_t*>(take(checksum::kWordsPerBlock * 8));  // filled by Create
-  ws.magic = reinterpret_cast<const uint2*>(take((kM + 1) * 8));                    // filled by Create
-  ws.plan = reinterpret_cast<ChunkPlan*>(take(n * sizeof(ChunkPlan)));
-  ws.hist = reinterpret_cast<unsigned long long*>(take(n * 256 * 8));
-  ws.chsum = reinterpret_cast<unsigned long long*>(take(n * kMaxGroupedChannels * 8));
-  ws.hist16 = reinterpret_cast<unsigned long long*>(take(n * 4096 * 8));
-  ws.sum = reinterpret_cast<unsigned long long*>(take(n * kSumBytesPerChunk));
-  ws.group16 = take(n * kMaxGroupedChannels);
-  ws.map = take(n * kMaxGroupedChannels);
-  ws.enc = reinterpret_cast<uint32_t*>(take(n * 4096 * 4));
-  ws.table_ok = reinterpret_cast<uint32_t*>(take(n * 4));
-  ws.entry = reinterpret_cast<uint32_t*>(take(n * max_tiles * 4));
-  ws.nwords = reinterpret_cast<uint32_t*>(take(n * max_tiles * 4));
-  ws.tsum = reinterpret_cast<unsigned long long*>(take(n * TsumSlots(max_tiles) * 8ull));
-  ws.scratch = take(n * max_tiles * static_cast<uint64_t>(kScratch));
-  ws.carry = take(n * max_tiles * plan::kCarryBytes);
+  ws.log2q16 = carve.Take<uint32_t>((kM + 1) * 4);                     // filled by Create
+  ws.keys = carve.Take<const uint64_t>(checksum::kWordsPerBlock * 8);  // filled by Create
+  ws.magic = carve.Take<const uint2>((kM + 1) * 8);                    // filled by Create
+  ws.plan = carve.Take<ChunkPlan>(n * sizeof(ChunkPlan));
+  ws.hist = carve.Take<unsigned long long>(n * 256 * 8);
+  ws.chsum = carve.Take<unsigned long long>(n * kMaxGroupedChannels * 8);
+  ws.hist16 = carve.Take<unsigned long long>(n * 4096 * 8);
+  ws.sum = carve.Take<unsigned long long>(n * kSumBytesPerChunk);
+  ws.group16 = carve.Take<uint8_t>(n * kMaxGroupedChannels);
+  ws.map = carve.Take<uint8_t>(n * kMaxGroupedChannels);
+  ws.enc = carve.Take<uint32_t>(n * 4096 * 4);
+  ws.table_ok = carve.Take<uint32_t>(n * 4);
+  ws.entry = carve.Take<uint32_t>(n * max_tiles * 4);
+  ws.nwords = carve.Take<uint32_t>(n * max_tiles * 4);
+  ws.tsum = carve.Take<unsigned long long>(n * TsumSlots(max_tiles) * 8ull);
+  ws.scratch = carve.Take<uint8_t>(n * max_tiles * static_cast<uint64_t>(kScratch));
+  ws.carry = carve.Take<uint8_t>(n * max_tiles * plan::kCarryBytes);
   ws.estimate = nullptr;
   ws.max_bytes = max_chunk_bytes;
   ws.l2_bytes = 0;
   ws.max_tiles = max_tiles;
   ws.groups = 0;
   ws.one_pass_only = 0;
-  if (bytes != nullptr) *bytes = used;
+  if (bytes != nullptr) *bytes = carve.used();
   return ws;
 }
 
