@@ -87,6 +87,16 @@ uint64_t TableCostQ16(const uint64_t h[256], const uint32_t f[256]) {
   return q;
 }
 
+// The refinement's donor for table f of h: the symbol (f > 1) of least
+// loss, the lower on ties; -1 if none.
+int CheapestDonor(const uint64_t h[256], const uint32_t f[256]) {
+  int d = -1;
+  for (int s = 0; s < 256; ++s) {
+    if (h[s] != 0 && f[s] > 1 && (d < 0 || plan::MoveLoss(h[s], f[s]) < plan::MoveLoss(h[d], f[d]))) d = s;
+  }
+  return d;
+}
+
 // Refinement (fp8 e5m2's tables) keeps a valid table, never costs more, and
 // stops where no unit move from one symbol to another lowers the cost: on
 // histograms like e5m2's (a few common exponents, a long tail of rare ones)
@@ -118,10 +128,7 @@ TEST(CodecPlan, RefinedTablesAreValidNoCostlierAndLocallyBest) {
     plan::RefineTable(h, again);
     EXPECT_TRUE(std::equal(r, r + 256, again)) << trial << ": not a fixed point";
     // No move from the cheapest donor to any other symbol pays.
-    int d = -1;
-    for (int s = 0; s < 256; ++s) {
-      if (h[s] != 0 && r[s] > 1 && (d < 0 || plan::MoveLoss(h[s], r[s]) < plan::MoveLoss(h[d], r[d]))) d = s;
-    }
+    const int d = CheapestDonor(h, r);
     for (int s = 0; d >= 0 && s < 256; ++s) {
       if (h[s] != 0 && s != d && r[s] < plan::kM) {
         EXPECT_LE(plan::MoveGain(h[s], r[s]), plan::MoveLoss(h[d], r[d])) << trial << " " << d << " -> " << s;
@@ -144,12 +151,11 @@ TEST(CodecPlan, RefinementStopsWhenTheDonorGainsMost) {
     PlainNormalisation(h, f);
     std::copy(f, f + 256, r);
     plan::RefineTable(h, r);
-    int moved = 0, d = -1, t = -1;
+    const int d = CheapestDonor(h, r);
+    int moved = 0, t = -1;
     for (int s = 0; s < 256; ++s) {
       moved += r[s] > f[s] ? static_cast<int>(r[s] - f[s]) : 0;
-      if (h[s] == 0) continue;
-      if (r[s] > 1 && (d < 0 || plan::MoveLoss(h[s], r[s]) < plan::MoveLoss(h[d], r[d]))) d = s;
-      if (r[s] < plan::kM && (t < 0 || plan::MoveGain(h[s], r[s]) > plan::MoveGain(h[t], r[t]))) t = s;
+      if (h[s] != 0 && r[s] < plan::kM && (t < 0 || plan::MoveGain(h[s], r[s]) > plan::MoveGain(h[t], r[t]))) t = s;
     }
     EXPECT_EQ(moved, moves[c]) << c;
     EXPECT_EQ(d, t) << c;
