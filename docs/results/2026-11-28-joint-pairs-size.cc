@@ -70,8 +70,9 @@ int main(int argc, char** argv) {
     }
     const double states = static_cast<double>(N / T) * 32 * 16;
     const double seq = wseq * 16.0 + states, joint = wjoint * 16.0 + states;
-    printf("window at %zu MiB: ideal %.4f bits a symbol, format 5 %.4f, joint %.4f: joint %+.3f%% of the "
-           "exponent bits, %+.3f%% of the chunk\n",
-           off >> 19, ideal / N, seq / N, joint / N, (joint / seq - 1) * 100, (joint - seq) / (N * 8.0 + seq) * 100);
+    printf(
+        "window at %zu MiB: ideal %.4f bits a symbol, format 5 %.4f, joint %.4f: joint %+.3f%% of the "
+        "exponent bits, %+.3f%% of the chunk\n",
+        off >> 19, ideal / N, seq / N, joint / N, (joint / seq - 1) * 100, (joint - seq) / (N * 8.0 + seq) * 100);
   }
 }

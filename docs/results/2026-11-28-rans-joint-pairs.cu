@@ -6,13 +6,14 @@
 // rounds in place, and a joint step for a pair", 2026-11-28), log 2026-11-28-h200.log
 // (runs 125-126; run 125 had variants 0-2 only).
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o pair 2026-11-28-rans-joint-pairs.cu
-#include <cstdio>
-#include <cstdint>
-#include <vector>
-#include <random>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
 constexpr uint32_t kM = 256, kL = 1u << 16;
 constexpr int kRounds = 128, kSeg = 16, kTiles = 512;
 constexpr int kSpan = kRounds * 32 + 64;  // words a tile's output area holds
@@ -21,9 +22,9 @@ constexpr int kSpan = kRounds * 32 + 64;  // words a tile's output area holds
 // computed as if free: taken from a per-lane constant, wrong bytes, timing only). 3: as 1, the
 // next segment's m loaded while this segment's rounds run.
 template <int kJoint>
-__global__ void __launch_bounds__(128, 1) Rounds(const uint8_t* sym, const uint32_t* freq, const uint2* fmag,
-                                                 uint16_t* out, long long* cyc, uint32_t* res) {
-  __shared__ uint4 tables[256];   // {m_lo, m_hi, M - f, cum} (v5) ; joint: {f, cum, 0, 0}
+__global__ void __launch_bounds__(128, 1)
+    Rounds(const uint8_t* sym, const uint32_t* freq, const uint2* fmag, uint16_t* out, long long* cyc, uint32_t* res) {
+  __shared__ uint4 tables[256];  // {m_lo, m_hi, M - f, cum} (v5) ; joint: {f, cum, 0, 0}
   __shared__ uint8_t syms[4][kRounds * 32];
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -31,7 +32,8 @@ __global__ void __launch_bounds__(128, 1) Rounds(const uint8_t* sym, const uint3
     for (int j = 0; j < i; ++j) cum += freq[j];
     const uint32_t f = freq[i];
     const uint64_t m = f ? ((uint64_t{1} << 40) + f - 1) / f : 0;
-    tables[i] = kJoint ? make_uint4(f, cum, 0, 0) : make_uint4(static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32), kM - f, cum);
+    tables[i] = kJoint ? make_uint4(f, cum, 0, 0)
+                       : make_uint4(static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32), kM - f, cum);
   }
   const uint32_t tile = blockIdx.x * 4 + warp;
   for (int i = lane; i < kRounds * 32; i += 32) syms[warp][i] = sym[tile * kRounds * 32 + i];
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(128, 1) Rounds(const uint8_t* sym, const uint3
           }
         }
       }
-      uint4 pe[kSeg / 2];   // {m_lo, m_hi, 2^16 - F, C}
+      uint4 pe[kSeg / 2];  // {m_lo, m_hi, 2^16 - F, C}
       uint32_t bnd[kSeg / 2];
 #pragma unroll
       for (int k = 0; k < kSeg / 2; ++k) {
@@ -141,7 +143,10 @@ static void HostTile(const uint8_t* s, const std::vector<uint32_t>& f, const std
     for (int l = 0; l < 32; ++l) {
       const uint32_t a = s[r * 32 + l], b = s[(r - 1) * 32 + l];
       const uint64_t F = uint64_t{f[a]} * f[b];
-      if (x[l] >= (F << 16)) { batch.push_back(static_cast<uint16_t>(x[l])); x[l] >>= 16; }
+      if (x[l] >= (F << 16)) {
+        batch.push_back(static_cast<uint16_t>(x[l]));
+        x[l] >>= 16;
+      }
       if (!joint) {
         for (uint32_t y : {a, b}) x[l] = x[l] / f[y] * kM + x[l] % f[y] + c[y];
       } else {
@@ -159,14 +164,18 @@ static void HostTile(const uint8_t* s, const std::vector<uint32_t>& f, const std
 int main() {
   std::vector<uint32_t> freq(256, 0);
   int tot = 0;
-  for (int s = 100; s < 127; ++s) { freq[s] = std::max(1, (int)(60.0 * std::pow(0.6, std::abs(s - 118)))); tot += freq[s]; }
+  for (int s = 100; s < 127; ++s) {
+    freq[s] = std::max(1, (int)(60.0 * std::pow(0.6, std::abs(s - 118))));
+    tot += freq[s];
+  }
   freq[118] += 256 - tot;
   std::vector<uint32_t> cum(257, 0);
   for (int s = 0; s < 256; ++s) cum[s + 1] = cum[s] + freq[s];
   std::vector<uint8_t> sym(kTiles * kRounds * 32);
   std::mt19937 rng(1);
   std::vector<int> cdf;
-  for (int s = 0; s < 256; ++s) for (uint32_t k = 0; k < freq[s]; ++k) cdf.push_back(s);
+  for (int s = 0; s < 256; ++s)
+    for (uint32_t k = 0; k < freq[s]; ++k) cdf.push_back(s);
   for (auto& v : sym) v = cdf[rng() % 256];
   std::vector<uint2> fm(65537);
   for (uint64_t F = 1; F <= 65536; ++F) {
@@ -174,10 +183,19 @@ int main() {
     fm[F] = make_uint2(static_cast<uint32_t>(m), static_cast<uint32_t>(m >> 32));
   }
   fm[0] = make_uint2(0, 0);
-  uint8_t* dsym; uint32_t* dfreq; uint2* dfm; uint16_t* dout; long long* dcyc; uint32_t* dres;
+  uint8_t* dsym;
+  uint32_t* dfreq;
+  uint2* dfm;
+  uint16_t* dout;
+  long long* dcyc;
+  uint32_t* dres;
   const size_t out_words = kTiles * kSpan + 4096;
-  cudaMalloc(&dsym, sym.size()); cudaMalloc(&dfreq, 1024); cudaMalloc(&dfm, fm.size() * 8);
-  cudaMalloc(&dout, out_words * 2); cudaMalloc(&dcyc, kTiles * 8); cudaMalloc(&dres, kTiles * 33 * 4);
+  cudaMalloc(&dsym, sym.size());
+  cudaMalloc(&dfreq, 1024);
+  cudaMalloc(&dfm, fm.size() * 8);
+  cudaMalloc(&dout, out_words * 2);
+  cudaMalloc(&dcyc, kTiles * 8);
+  cudaMalloc(&dres, kTiles * 33 * 4);
   cudaMemcpy(dsym, sym.data(), sym.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(dfreq, freq.data(), 1024, cudaMemcpyHostToDevice);
   cudaMemcpy(dfm, fm.data(), fm.size() * 8, cudaMemcpyHostToDevice);
@@ -213,7 +231,9 @@ int main() {
     }
     printf("%-34s %7.1f cycles/round (min %.1f max %.1f), %llu words, %s\n", name, (double)med[5] / kRounds,
            (double)med[0] / kRounds, (double)med[10] / kRounds, (unsigned long long)words,
-           bad < 0 ? "unchecked" : bad == 0 ? "equal to the host" : "DIFFERS from the host");
+           bad < 0    ? "unchecked"
+           : bad == 0 ? "equal to the host"
+                      : "DIFFERS from the host");
   };
   for (int rep = 0; rep < 2; ++rep) {
     run(Rounds<0>, "v5: two exact steps a pair", 0);

@@ -7,21 +7,22 @@
 // 2026-11-28), log 2026-11-28-h200.log (runs 128 and 131; run 128 without the stamped variant).
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o lds 2026-11-28-rans-table-entries.cu
 // Run: ./lds KV_DIR (real bf16 KV from tools/kv_capture.py: chat, code and prose .bf16)
-#include <cstdio>
-#include <cstdint>
-#include <vector>
-#include <random>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
 #include <string>
-#include <cuda_runtime.h>
+#include <vector>
 constexpr uint32_t kM = 256, kL = 1u << 16;
 constexpr int kRounds = 128, kSeg = 16, kTiles = 512;
 constexpr int kSpan = kRounds * 32 + 64;
 
 template <bool kPacked, bool kStamps = false>
-__global__ void __launch_bounds__(128, 1) Rounds(const uint8_t* sym, const uint32_t* freq, uint16_t* out,
-                                                 long long* cyc, uint32_t* res) {
+__global__ void __launch_bounds__(128, 1)
+    Rounds(const uint8_t* sym, const uint32_t* freq, uint16_t* out, long long* cyc, uint32_t* res) {
   __shared__ uint4 t16[256];
   __shared__ uint2 t8[256];
   __shared__ uint8_t syms[4][kRounds * 32];
@@ -87,11 +88,18 @@ __global__ void __launch_bounds__(128, 1) Rounds(const uint8_t* sym, const uint3
       const int32_t at = static_cast<int32_t>(__popc(m[k] & lt)) - static_cast<int32_t>(emitted);
       words_end[(nb >> k) & 1 ? at : static_cast<int32_t>(lane) - kSpan] = static_cast<uint16_t>(w[k]);
     }
-    if (kStamps) { const long long cd = clock64(); ch += cb - ca; cr += cc - cb; ct += cd - cc; }
+    if (kStamps) {
+      const long long cd = clock64();
+      ch += cb - ca;
+      cr += cc - cb;
+      ct += cd - cc;
+    }
   }
   const long long t1 = clock64();
   if (lane == 0) cyc[tile] = t1 - t0;
-  if (kStamps && lane == 0 && tile == 100) printf("stamped tile: heads %.1f rounds %.1f tails %.1f loop %.1f cycles a round\n", (double)ch / kRounds, (double)cr / kRounds, (double)ct / kRounds, (double)(t1 - t0) / kRounds);
+  if (kStamps && lane == 0 && tile == 100)
+    printf("stamped tile: heads %.1f rounds %.1f tails %.1f loop %.1f cycles a round\n", (double)ch / kRounds,
+           (double)cr / kRounds, (double)ct / kRounds, (double)(t1 - t0) / kRounds);
   res[tile * 32 + lane] = x;
   res[kTiles * 32 + tile] = emitted;
 }
@@ -118,8 +126,13 @@ static std::vector<uint32_t> Normalise(const std::vector<uint8_t>& sym) {
   for (uint8_t s : sym) ++h[s];
   std::vector<uint32_t> f(256, 0);
   uint32_t sum = 0;
-  for (int s = 0; s < 256; ++s) if (h[s]) f[s] = std::max<uint64_t>(1, h[s] * kM / sym.size()), sum += f[s];
-  while (sum > kM) { auto j = std::max_element(f.begin(), f.end()) - f.begin(); --f[j]; --sum; }
+  for (int s = 0; s < 256; ++s)
+    if (h[s]) f[s] = std::max<uint64_t>(1, h[s] * kM / sym.size()), sum += f[s];
+  while (sum > kM) {
+    auto j = std::max_element(f.begin(), f.end()) - f.begin();
+    --f[j];
+    --sum;
+  }
   f[std::max_element(h.begin(), h.end()) - h.begin()] += kM - sum;
   return f;
 }
@@ -130,10 +143,14 @@ int main(int argc, char** argv) {
   {
     std::vector<uint32_t> freq(256, 0);
     int tot = 0;
-    for (int s = 100; s < 127; ++s) { freq[s] = std::max(1, (int)(60.0 * std::pow(0.6, std::abs(s - 118)))); tot += freq[s]; }
+    for (int s = 100; s < 127; ++s) {
+      freq[s] = std::max(1, (int)(60.0 * std::pow(0.6, std::abs(s - 118))));
+      tot += freq[s];
+    }
     freq[118] += 256 - tot;
     std::vector<int> cdf;
-    for (int s = 0; s < 256; ++s) for (uint32_t k = 0; k < freq[s]; ++k) cdf.push_back(s);
+    for (int s = 0; s < 256; ++s)
+      for (uint32_t k = 0; k < freq[s]; ++k) cdf.push_back(s);
     std::mt19937 rng(1);
     for (auto& v : synth) v = cdf[rng() % 256];
   }
@@ -142,15 +159,26 @@ int main(int argc, char** argv) {
     if (!fp) continue;
     uint16_t b[4096];
     size_t k;
-    while ((k = fread(b, 2, 4096, fp)) > 0) for (size_t i = 0; i < k; ++i) real.push_back((b[i] >> 7) & 0xff);
+    while ((k = fread(b, 2, 4096, fp)) > 0)
+      for (size_t i = 0; i < k; ++i) real.push_back((b[i] >> 7) & 0xff);
     fclose(fp);
   }
-  if (real.size() < n) { printf("no real KV (%zu symbols)\n", real.size()); return 1; }
+  if (real.size() < n) {
+    printf("no real KV (%zu symbols)\n", real.size());
+    return 1;
+  }
   real.resize(n);
-  uint8_t* dsym; uint32_t* dfreq; uint16_t* dout; long long* dcyc; uint32_t* dres;
+  uint8_t* dsym;
+  uint32_t* dfreq;
+  uint16_t* dout;
+  long long* dcyc;
+  uint32_t* dres;
   const size_t out_words = kTiles * kSpan + 4096;
-  cudaMalloc(&dsym, n); cudaMalloc(&dfreq, 1024); cudaMalloc(&dout, out_words * 2);
-  cudaMalloc(&dcyc, kTiles * 8); cudaMalloc(&dres, kTiles * 33 * 4);
+  cudaMalloc(&dsym, n);
+  cudaMalloc(&dfreq, 1024);
+  cudaMalloc(&dout, out_words * 2);
+  cudaMalloc(&dcyc, kTiles * 8);
+  cudaMalloc(&dres, kTiles * 33 * 4);
   for (int rep = 0; rep < 2; ++rep) {
     for (int data = 0; data < 2; ++data) {
       const auto& sym = data ? real : synth;
