@@ -636,15 +636,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,avx512dq"))) void E
     }
     const int c0 = __builtin_popcount(need[0]), c1 = __builtin_popcount(need[1]);
     p -= c0 + c1;
-    // Compress in registers and copy exactly the kept words (a compressing
-    // store to memory is lowered differently by different compilers).
-    alignas(32) uint16_t packed[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(packed),
-                       _mm256_maskz_compress_epi16(need[0], _mm512_cvtepi32_epi16(word[0])));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(packed + 16),
-                       _mm256_maskz_compress_epi16(need[1], _mm512_cvtepi32_epi16(word[1])));
-    std::memcpy(p, packed, 2 * c0);
-    std::memcpy(p + c0, packed + 16, 2 * c1);
+    // Compress in registers and store exactly the kept words with a masked
+    // store (a compressing store to memory is lowered differently by
+    // different compilers, and is slow on some CPUs; a copy of a run-time
+    // length was a library call per half round).
+    _mm256_mask_storeu_epi16(p, static_cast<__mmask16>((1u << c0) - 1),
+                             _mm256_maskz_compress_epi16(need[0], _mm512_cvtepi32_epi16(word[0])));
+    _mm256_mask_storeu_epi16(p + c0, static_cast<__mmask16>((1u << c1) - 1),
+                             _mm256_maskz_compress_epi16(need[1], _mm512_cvtepi32_epi16(word[1])));
   }
   _mm512_storeu_si512(x, X[0]);
   _mm512_storeu_si512(x + 16, X[1]);
@@ -772,10 +771,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool DecodeRoun
       const __mmask16 need = _mm512_cmplt_epu32_mask(X[h], L);
       const int count = __builtin_popcount(need);
       if (w + 2 * count > w_end) return false;
-      // Copy exactly the words needed, then expand them to their lanes in registers.
-      alignas(32) uint16_t next[16] = {};
-      std::memcpy(next, w, 2 * count);
-      const __m256i loaded = _mm256_load_si256(reinterpret_cast<const __m256i*>(next));
+      // Load exactly the words needed (a masked load: the words past them are
+      // not read; a copy of a run-time length was a library call, and its
+      // stores' reload a stall), then expand them to their lanes in registers.
+      const __m256i loaded = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << count) - 1), w);
       const __m512i words = _mm512_cvtepu16_epi32(_mm256_maskz_expand_epi16(need, loaded));
       X[h] = _mm512_mask_or_epi32(X[h], need, _mm512_slli_epi32(X[h], 16), words);
       w += 2 * count;
