@@ -248,16 +248,17 @@ __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.la
 // with 4 loads a thread in flight before their stores: a table copy in a
 // block of only 2 warps is not one memory round trip per item.
 template <typename Load, typename Store>
-__device__ __forceinline__ void BlockCopy4(uint32_t n, const Load& load, const Store& store) {
-  for (uint32_t k = threadIdx.x; k < n; k += 4 * blockDim.x) {
+__device__ __forceinline__ void BlockCopy4(uint32_t n, const Load& load, const Store& store,
+                                           uint32_t threads = blockDim.x) {
+  for (uint32_t k = threadIdx.x; k < n; k += 4 * threads) {
     decltype(load(0u)) v[4];
 #pragma unroll
     for (uint32_t u = 0; u < 4; ++u) {
-      if (k + u * blockDim.x < n) v[u] = load(k + u * blockDim.x);
+      if (k + u * threads < n) v[u] = load(k + u * threads);
     }
 #pragma unroll
     for (uint32_t u = 0; u < 4; ++u) {
-      if (k + u * blockDim.x < n) store(k + u * blockDim.x, v[u]);
+      if (k + u * threads < n) store(k + u * threads, v[u]);
     }
   }
 }

@@ -3,7 +3,9 @@
 // batch of chunks (blockIdx.y = chunk throughout):
 //   Split     each chunk's request checked and planned; one pass over the
 //             input: kvsum64, the raw plane straight into the chunk, the
-//             order-0 histogram, per-channel symbol sums (KV-aware mode)
+//             order-0 histogram, per-channel symbol sums (KV-aware mode);
+//             of a small call's bf16 chunks the histogram only, their raw
+//             plane and kvsum64 being the Tiles blocks' helper warps' work
 //   Rank      channels ranked by mean exponent -> 16 groups (KV-aware mode)
 //   Hist16    histograms of the 16 channel groups (KV-aware mode)
 //   Plan      order-0 table; candidates G = 1, 2, 4, 8, 16; writes map and tables
@@ -62,6 +64,12 @@ struct ChunkPlan {
   // counts the sample's symbols): one pass over the input. Not with a split
   // point, whose raw plane must be final before Tiles.
   uint32_t sampled, fused;
+  // plane_in_tiles: a coded bf16 chunk of whole 4 KiB blocks in a
+  // self-planned call (Workspace::self_plan): Split only counts its
+  // symbols, and helper warps of the small Tiles instance write its raw
+  // plane and sum its checksum while the coding warps plan and code
+  // (TilePlaneBlock).
+  uint32_t plane_in_tiles;
   uint8_t* out;                   // the chunk
   uint64_t tables_bytes;          // map + tables, written by Plan
   uint64_t dir_off, tiles_off;    // chunk offsets of the directory and tile 0
@@ -121,6 +129,15 @@ __device__ __forceinline__ bool FusedRequest(const EncodeChunk& ch, const Worksp
          reinterpret_cast<uintptr_t>(ch.out + kHeader) % 8 == 0 && ws.estimate == nullptr;
 }
 
+// Whether an accepted request is a plane_in_tiles chunk (ChunkPlan), from
+// the request alone (a bf16 request of whole 4 KiB blocks is neither STORED
+// nor sampled in a self-planned call, which groups no channels).
+__device__ __forceinline__ bool PlaneInTilesRequest(uint32_t dtype, uint64_t bytes, const uint8_t* out,
+                                                    const Workspace& ws) {
+  return ws.self_plan && dtype == kBf16Dtype && bytes != 0 && bytes % checksum::kBlockBytes == 0 &&
+         reinterpret_cast<uintptr_t>(out + kHeader) % 8 == 0;
+}
+
 // A chunk's plan from its request, as the CPU plans it; kOk or why the
 // request is refused (thread 0; the block pointers are checked apart). Every
 // Split block of the chunk computes it (the same inputs, the same answer), so
@@ -150,6 +167,7 @@ __device__ int32_t MakePlan(const EncodeChunk& ch, const Workspace& ws, ChunkPla
   p.grouping = !p.stored && Groups(ch, p.n);
   p.sampled = !p.stored && plan::Sampled(ch.dtype == kBf16Dtype, p.n, p.grouping);
   p.fused = p.sampled && FusedRequest(ch, ws);
+  p.plane_in_tiles = !p.stored && !p.grouping && !p.sampled && PlaneInTilesRequest(ch.dtype, ch.bytes, ch.out, ws);
   p.out = ch.out;
   if (p.grouping && !ws.groups) return kBadInput;  // the call said no chunk would group channels
   if (ws.one_pass_only && !p.fused) return kBadInput;  // nor take any path but the one-pass one
@@ -506,7 +524,8 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   // (fused chunks never go on from here; every warp of the block does, so
   // that the groups' barriers are reached by all)
   const uint32_t pieces = (checksum::kBlockBytes / 512) >> subs_log2;
-  for (uint32_t j = 0; !fused && j < per_warp; ++j) {
+  const bool counting = !kFusable && p.plane_in_tiles;
+  for (uint32_t j = 0; !fused && !counting && j < per_warp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes;
     const bool have = blk < p.bytes;  // uniform over the group
     kvferry::cuda::Kvsum64Pairs sum;
@@ -566,6 +585,28 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     if (have && sub == 0) {
       const uint64_t m = min(static_cast<uint64_t>(checksum::kBlockBytes), p.bytes - blk);
       sum.Finish(blk / checksum::kBlockBytes, m, SumSlot(ws.sum, c, blk / checksum::kBlockBytes));
+    }
+  }
+  // A chunk whose raw plane and checksum are Tiles' (plane_in_tiles): its
+  // symbols only, the warp's pieces as below (whole blocks, one buffer or a
+  // block list). After the loop above: placed before it, the kernel spilled.
+  for (uint32_t j = 0; counting && j < per_warp; ++j) {
+    const uint64_t blk = b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes;
+    if (blk >= p.bytes) break;  // uniform over the warp
+    uint32_t* col = &hist[0][lane];
+    for (uint32_t i0 = sub * pieces; i0 < (sub + 1) * pieces; i0 += 2) {
+      uint4 q[2];
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i)
+        q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * (i0 + i) + 16 * lane));
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i) {
+#pragma unroll
+        for (uint32_t k = 0; k < 8; ++k) {
+          const uint32_t sy = Bf16::Symbol(PieceElement<Bf16>(q[i], k));
+          atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+        }
+      }
     }
   }
   if (!code) return;  // uniform for the block
@@ -1409,6 +1450,39 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
   return unseen;
 }
 
+// A barrier of a block's first n threads (a multiple of 32): the coding
+// warps of the small Tiles instance, without its helper warps.
+__device__ __forceinline__ void CodersSync(uint32_t n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
+
+// A helper warp of the small Tiles instance (plane_in_tiles chunks): what
+// Split does for other chunks, for one 4 KiB checksum block `blk` of a
+// tile, while the tile's coding warp plans and codes: the raw plane (a byte
+// an element, less the carry of each tile before; a tile's own carry, its
+// last kCarryBytes elements, is in its states) and the block's kvsum64
+// digest, lane t the pieces at 16t + 512i as in Kvsum64Pairs' layout.
+__device__ __forceinline__ void TilePlaneBlock(const ChunkPlan& p, int c, uint64_t blk, const Workspace& ws) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t tile = blk * (checksum::kBlockBytes / 2) >> p.tile_log2;
+  const uint64_t end = min((tile + 1) << p.tile_log2, p.n);                    // whole 4 KiB blocks (MakePlan)
+  const uint64_t kept = tile < p.carry_tiles ? end - plan::kCarryBytes : end;  // elements in the plane
+  uint8_t* const plane = p.out + kHeader - plan::CarriedBefore(tile, p.carry_tiles);
+  constexpr uint32_t kPieces = checksum::kBlockBytes / 512;
+  uint4 q[kPieces];
+#pragma unroll
+  for (uint32_t i = 0; i < kPieces; ++i) {
+    q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk * checksum::kBlockBytes + 512 * i + 16 * lane));
+  }
+  kvferry::cuda::Kvsum64Pairs sum;
+#pragma unroll
+  for (uint32_t i = 0; i < kPieces; ++i) {
+    const ulonglong2 k = __ldg(reinterpret_cast<const ulonglong2*>(ws.keys + 64 * i + 2 * lane));
+    sum.Add(q[i].x | static_cast<uint64_t>(q[i].y) << 32, q[i].z | static_cast<uint64_t>(q[i].w) << 32, k);
+    const uint64_t e = (blk * checksum::kBlockBytes + 512 * i + 16 * lane) / 2;  // 8 elements, in or out of the carry
+    if (e < kept) *reinterpret_cast<uint64_t*>(plane + e) = Bf16Raw8(q[i]);
+  }
+  sum.Finish(blk, checksum::kBlockBytes, SumSlot(ws.sum, c, blk));
+}
+
 // A self-planned call (Workspace::self_plan: small, order-0, no split
 // point, no chunk large enough to be sampled) has no Plan kernel: each block
 // of the small Tiles instance normalises the chunk's order-0 histogram
@@ -1418,8 +1492,10 @@ __device__ __forceinline__ uint32_t CodeFusedTile(const ChunkPlan& p, uint64_t b
 // and table_ok. Place clears the histogram once every block has read it.
 // For a coded chunk (status kOk, not STORED by Split) sets p.tables and
 // p.stored and leaves the entries (freq | cum << 16) in words[0, 256); word
-// 256 carries the STORED decision. The whole block calls it.
-__device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p, const Workspace& ws, uint32_t* words) {
+// 256 carries the STORED decision. The block's coding warps call it (the
+// first coder_threads threads).
+__device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p, const Workspace& ws, uint32_t* words,
+                         uint32_t coder_threads) {
   uint32_t& stored = words[256];
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (!coded) {
@@ -1461,7 +1537,7 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
     }
     if (lane == 0) stored = s;
   }
-  __syncthreads();
+  CodersSync(coder_threads);
   p.tables = 1;
   p.stored = stored;
 }
@@ -1483,8 +1559,14 @@ template <bool kFused, bool kSmall = false>
 __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     TilesKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
   const int c = blockIdx.y;
-  const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32;  // WarpsPerTileBlock, at most kTilesPerBlock
-  const uint32_t tile = blockIdx.x * warps + warp;
+  // The coding warps (WarpsPerTileBlock, at most kTilesPerBlock), a tile
+  // each; in a self-planned call the small instance's blocks have as many
+  // warps again after them, the helpers (TilePlaneBlock), which take no
+  // part in the block's barriers (CodersSync).
+  const bool helped = kSmall && ws.self_plan;
+  const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32 / (helped ? 2 : 1);
+  const uint32_t coder_threads = 32 * warps;
+  const uint32_t tile = blockIdx.x * warps + (warp < warps ? warp : warp - warps);
   __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
   // ExactEntry's reciprocals, staged while the kernel before finishes
   // (Create wrote them), past an order-0 table and SelfPlan's words; a
@@ -1494,10 +1576,25 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   static_assert(kMagicAt >= 256 + (257 + 3) / 4 && kMagicAt + (kM + 2) / 2 <= kMaxTables * 256 / 2,
                 "the reciprocals fit the tables' space past table 0 and SelfPlan's words");
   uint2* const magic = reinterpret_cast<uint2*>(tables + kMagicAt);
-  for (uint32_t k = threadIdx.x; k <= kM; k += blockDim.x) magic[k] = ws.magic[k];
+  if (threadIdx.x < coder_threads) {
+    for (uint32_t k = threadIdx.x; k <= kM; k += coder_threads) magic[k] = ws.magic[k];
+  }
   WaitForPrevious();
   const int32_t st = status[c];
   ChunkPlan p = ws.plan[c];
+  if (helped && warp >= warps) {
+    // A helper: the raw plane and checksum blocks of the block's tiles, in
+    // turn with the other helpers. (Leaving the helper that shares warp 0's
+    // scheduler out, as warp 0 plans, made no measurable difference.)
+    const uint32_t helpers = warps, h = warp - warps;
+    if (st == kOk && p.plane_in_tiles) {
+      const uint64_t t0 = uint64_t{blockIdx.x} * warps, t1 = min(t0 + warps, uint64_t{p.tiles});
+      const uint64_t b0 = (t0 << p.tile_log2) * 2 / checksum::kBlockBytes;
+      const uint64_t b1 = min(t1 << p.tile_log2, p.n) * 2 / checksum::kBlockBytes;
+      for (uint64_t b = b0 + h; b < b1; b += helpers) TilePlaneBlock(p, c, b, ws);
+    }
+    return;
+  }
   const uint32_t* planned = nullptr;  // self-planned: table 0's entries (SelfPlan's words)
   // Self-planned: the lane's carry and its 16 elements of the tile's last
   // segment (pre, where they are whole), loaded while warp 0 plans.
@@ -1512,7 +1609,10 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
         const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
         const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
         const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
-        if (tile < p.carry_tiles) {
+        if (tile < p.carry_tiles && p.plane_in_tiles) {  // elements 2l and 2l + 1 of the tile's last kCarryBytes
+          const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
+          carry0 = Bf16Raw4(*reinterpret_cast<const uint32_t*>(p.in.At(off)), 0) & 0xffff;
+        } else if (tile < p.carry_tiles) {
           carry0 = reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
                                                                     plan::kCarryBytes)[lane];
         }
@@ -1528,7 +1628,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       }
       // In the tables' space past table 0's entries (formed after these are read).
       uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
-      SelfPlan(chunks[c], c, coded, p, ws, words);
+      SelfPlan(chunks[c], c, coded, p, ws, words, coder_threads);
       planned = words;
     }
   }
@@ -1543,7 +1643,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   uint64_t* const key = reinterpret_cast<uint64_t*>(map);
   const bool groups = p.tables > 1;
   if (kFused) {
-    for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += blockDim.x) key[k] = checksum::Key(k);
+    for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += coder_threads) key[k] = checksum::Key(k);
   }
   // Each entry's step form is made here, an entry a thread (order-0: its
   // reciprocal from the staged table; groups: a division), rather than by
@@ -1558,19 +1658,19 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   };
   // The reciprocals staged by every thread (SelfPlan's barrier did this
   // for self-planned calls).
-  if (planned == nullptr) __syncthreads();
+  if (planned == nullptr) CodersSync(coder_threads);
   // Self-planned: table 0's entries straight from SelfPlan's words, which
   // lie past them in the tables' space.
   const uint32_t loaded = kSmall && planned != nullptr ? 256 : 0;
-  for (uint32_t i = threadIdx.x; i < loaded; i += blockDim.x) put(i, planned[i]);
+  for (uint32_t i = threadIdx.x; i < loaded; i += coder_threads) put(i, planned[i]);
   BlockCopy4(
       p.tables * 256 - loaded, [&](uint32_t i) { return ws.enc[c * 4096ull + loaded + i]; },
-      [&](uint32_t i, uint32_t e) { put(loaded + i, e); });
+      [&](uint32_t i, uint32_t e) { put(loaded + i, e); }, coder_threads);
   const uint32_t C = static_cast<uint32_t>(p.channels);
   if (groups) {
-    for (uint32_t k = threadIdx.x; k < C; k += blockDim.x) map[k] = ws.map[c * 1ull * kMaxGroupedChannels + k];
+    for (uint32_t k = threadIdx.x; k < C; k += coder_threads) map[k] = ws.map[c * 1ull * kMaxGroupedChannels + k];
   }
-  __syncthreads();
+  CodersSync(coder_threads);
   if (tile >= p.tiles) return;
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
@@ -1580,12 +1680,12 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
   const uint32_t lt = (1u << lane) - 1;
   // Lane l starts from 2^16 | u16 l of the tile's carry (docs/codec-format.md):
-  // of a fused chunk from its input (bf16, elements 2l and 2l + 1 of the
-  // tile's last kCarryBytes), else as Split left it. Loaded again for a RAW
-  // tile rather than held through the rounds (registers).
+  // of a fused or plane_in_tiles chunk from its input (bf16, elements 2l and
+  // 2l + 1 of the tile's last kCarryBytes), else as Split left it. Loaded
+  // again for a RAW tile rather than held through the rounds (registers).
   auto carry_of = [&]() -> uint32_t {
     if (tile >= p.carry_tiles) return 0;
-    if (kFused) {
+    if (kFused || (kSmall && p.plane_in_tiles)) {
       const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
       const uint32_t w = *reinterpret_cast<const uint32_t*>(p.in.blocks == nullptr ? p.in.data + off : p.in.At(off));
       return Bf16Raw4(w, 0) & 0xffff;
@@ -2100,8 +2200,9 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
       if (r != cudaSuccess) return fail(r);
     }
     if (!one_pass_only) {
-      launch(Launch(small ? TilesKernel<false, true> : TilesKernel<false>, tile_grid, tile_warps * 32, 0, s, chunks,
-                    status, ws));
+      // A self-planned call's blocks: a helper warp for each coding warp.
+      launch(Launch(small ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
+                    tile_warps * 32 * (ws.self_plan ? 2 : 1), 0, s, chunks, status, ws));
     }
     if (fusable) {
       launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));

@@ -661,6 +661,53 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
 // CPU's bytes for every dtype and size class, STORED ones included, call
 // after call; table reuse then codes with the table such a call chose, and a
 // slot whose chunk ended STORED holds none (with Plan too).
+// Self-planned bf16 chunks of whole 4 KiB blocks whose output leaves the
+// raw plane 8-byte aligned have Split count their symbols only, and the
+// Tiles blocks' helper warps write their raw plane and sum their checksum
+// (plane_in_tiles): tiles of 4096 and 8192 symbols, with and without a
+// carry, a partial last tile, a chunk of one block, a chunk Place makes
+// STORED, and beside them chunks with an odd output offset or a partial
+// block, which take Split's path; one chunk a call and several, three calls
+// on one encoder.
+TEST_F(CudaCodec, SmallBf16ChunksOfWholeBlocksGiveTheCpuBytes) {
+  std::mt19937 rng(33);
+  auto bf16_case = [](size_t n, uint32_t skew, uint32_t seed) {
+    EncodeCase cs;
+    cs.input = KvLike(DType::kBF16, n, 128, seed);
+    cs.out_skew = skew;
+    return cs;
+  };
+  std::vector<std::vector<EncodeCase>> calls;
+  for (size_t n : {size_t{2048}, size_t{4096}, size_t{6144}, size_t{2048} * 63, size_t{1} << 20, size_t{3} << 20}) {
+    calls.push_back({bf16_case(n, 0, static_cast<uint32_t>(n % 997))});
+  }
+  std::vector<EncodeCase> batch = {bf16_case(2048, 0, 1), bf16_case(4096, 8, 2), bf16_case(6144, 3, 3),
+                                   bf16_case(2048 * 63, 0, 4), bf16_case(2048 * 63 + 1000, 0, 5)};
+  EncodeCase random;  // does not shrink: STORED by Place, after Tiles summed its checksum
+  random.input.resize(2048 * 40);
+  for (auto& v : random.input) v = static_cast<uint8_t>(rng());
+  batch.push_back(random);
+  calls.push_back(batch);
+  for (const auto& cases : calls) {
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false, /*calls=*/3);
+    Batch b;
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+      ASSERT_EQ(status[k], 0) << "case " << k << " of " << cases.size() << ": " << cuda::ToStatus(status[k]);
+      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " of " << cases.size() << " (" << cases[k].input.size()
+                                 << " bytes): " << FirstDifference(gpu[k], cpu);
+      b.inputs.push_back(cases[k].input);
+      b.chunks.push_back(gpu[k]);
+    }
+    auto info = Inspect(gpu.back().data(), gpu.back().size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->stored, cases.size() > 1);  // the random chunk of the batch
+    ExpectDecodesBitExact(b);
+  }
+}
+
 TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   std::mt19937 rng(21);
@@ -1534,6 +1581,11 @@ void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout
 
 // 16 tokens x 3 heads x 64 dims of bf16 a block (not a power of two), KV-aware.
 TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) { GatherScatterRoundTrip(16 * 3 * 64 * 2, 37, {16, 3, 64}); }
+
+// A small bf16 chunk of whole 4 KiB blocks (plane_in_tiles): its raw plane
+// and checksum are written by the Tiles blocks' helper warps, which gather
+// from the blocks too.
+TEST_F(CudaCodec, GathersASmallChunkOfWholeBlocksFromBlockLists) { GatherScatterRoundTrip(3 * 4096, 37, {}); }
 
 // A chunk of >= 2^24 elements without a layout: its table comes from a
 // sample, and its raw plane and checksum are written by the Tiles warps,
