@@ -1485,7 +1485,7 @@ TEST_F(CudaCodec, ChunksLargerThanTheCodersWereSizedForAreRefused) {
 // A paged KV cache: the encoder gathers from `nblocks` shuffled blocks of a
 // pool and the decoder scatters into other shuffled blocks; no staging copy
 // on either side. Blocks of the pools outside the lists stay untouched.
-void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout& layout) {
+void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout& layout, bool channel_groups = true) {
   const uint32_t pool_blocks = nblocks + 27;
   const auto input = KvLike(DType::kBF16, nblocks * block_bytes / 2, 192, 21);
   EncodeOptions o;
@@ -1532,7 +1532,7 @@ void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dstatus), 8));
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dsize), 8));
   CUDA_OK(cudaMemcpy(de, &e, sizeof(e), cudaMemcpyHostToDevice));
-  CUDA_OK((*enc)->EncodeAsync(de, 1, dsize, dstatus, nullptr));
+  CUDA_OK((*enc)->EncodeAsync(de, 1, dsize, dstatus, nullptr, nullptr, channel_groups));
   uint64_t size = 0;
   int32_t status = -1;
   CUDA_OK(cudaMemcpy(&size, dsize, 8, cudaMemcpyDeviceToHost));
@@ -1582,10 +1582,12 @@ void GatherScatterRoundTrip(uint64_t block_bytes, uint32_t nblocks, const Layout
 // 16 tokens x 3 heads x 64 dims of bf16 a block (not a power of two), KV-aware.
 TEST_F(CudaCodec, GathersFromAndScattersIntoBlockLists) { GatherScatterRoundTrip(16 * 3 * 64 * 2, 37, {16, 3, 64}); }
 
-// A small bf16 chunk of whole 4 KiB blocks (plane_in_tiles): its raw plane
-// and checksum are written by the Tiles blocks' helper warps, which gather
-// from the blocks too.
-TEST_F(CudaCodec, GathersASmallChunkOfWholeBlocksFromBlockLists) { GatherScatterRoundTrip(3 * 4096, 37, {}); }
+// A small bf16 chunk of whole 4 KiB blocks in a call without channel groups
+// (self-planned, plane_in_tiles): its raw plane and checksum are written by
+// the Tiles blocks' helper warps, which gather from the blocks too.
+TEST_F(CudaCodec, GathersASmallChunkOfWholeBlocksFromBlockLists) {
+  GatherScatterRoundTrip(3 * 4096, 37, {}, /*channel_groups=*/false);
+}
 
 // A chunk of >= 2^24 elements without a layout: its table comes from a
 // sample, and its raw plane and checksum are written by the Tiles warps,
