@@ -202,6 +202,26 @@ __device__ __forceinline__ uint64_t Bf16Raw8(const uint4& q) {
   return Bf16Raw4(q.x, q.y) | static_cast<uint64_t>(Bf16Raw4(q.z, q.w)) << 32;
 }
 
+// Symbol sy into a lane's column of Split's histogram (hist[s / 2][lane]:
+// two 16-bit counters a word, symbol 2r in the low half of row r).
+__device__ __forceinline__ void CountSymbol(uint32_t* col, uint32_t sy) {
+  atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+}
+
+// The symbols of the 8 bf16 elements in q into a lane's column.
+__device__ __forceinline__ void CountBf16Piece(uint32_t* col, const uint4& q) {
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) CountSymbol(col, Bf16::Symbol(PieceElement<Bf16>(q, k)));
+}
+
+// Lane l's 16 bits of a bf16 tile's carry, from the input: the raw bytes of
+// elements 2l and 2l + 1 of the tile's last plan::kCarryBytes (the tile's
+// n elements start at element begin).
+__device__ __forceinline__ uint32_t InputCarry(const ChunkPlan& p, uint64_t begin, uint32_t n, uint32_t lane) {
+  const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
+  return Bf16Raw4(*reinterpret_cast<const uint32_t*>(p.in.At(off)), 0) & 0xffff;
+}
+
 // Where the raw bytes of a 4 KiB checksum block go (a block lies in one
 // tile): byte o of the whole plane into the chunk's plane, which the
 // carrying tiles before it left kCarryBytes each (plan::CarriedBefore), or,
@@ -295,7 +315,7 @@ __device__ __forceinline__ void SplitWarp(const ChunkPlan& p, uint64_t blk, cons
         const uint32_t v = in ? PieceElement<E>(q, k) : 0;
         if (in) {
           const uint32_t sy = E::Symbol(v);
-          if (kAll || count_symbols) atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
+          if (kAll || count_symbols) CountSymbol(col, sy);
           if (!kWhole && p.grouping) {
             atomicAdd(&chsum[chn], sy);
             if (++chn == C) chn = 0;
@@ -511,15 +531,8 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
     for (uint32_t i = 0; i < kPieces; ++i) {
       q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * i + 16 * lane));
     }
-    uint32_t* col = &hist[0][lane];
 #pragma unroll
-    for (uint32_t i = 0; i < kPieces; ++i) {
-#pragma unroll
-      for (uint32_t k = 0; k < 8; ++k) {
-        const uint32_t sy = Bf16::Symbol(PieceElement<Bf16>(q[i], k));
-        atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
-      }
-    }
+    for (uint32_t i = 0; i < kPieces; ++i) CountBf16Piece(&hist[0][lane], q[i]);
   }
   // (fused chunks never go on from here; every warp of the block does, so
   // that the groups' barriers are reached by all)
@@ -593,20 +606,13 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 4)
   for (uint32_t j = 0; counting && j < per_warp; ++j) {
     const uint64_t blk = b0 + static_cast<uint64_t>(group + groups * j) * checksum::kBlockBytes;
     if (blk >= p.bytes) break;  // uniform over the warp
-    uint32_t* col = &hist[0][lane];
     for (uint32_t i0 = sub * pieces; i0 < (sub + 1) * pieces; i0 += 2) {
       uint4 q[2];
 #pragma unroll
       for (uint32_t i = 0; i < 2; ++i)
         q[i] = *reinterpret_cast<const uint4*>(p.in.At(blk + 512 * (i0 + i) + 16 * lane));
 #pragma unroll
-      for (uint32_t i = 0; i < 2; ++i) {
-#pragma unroll
-        for (uint32_t k = 0; k < 8; ++k) {
-          const uint32_t sy = Bf16::Symbol(PieceElement<Bf16>(q[i], k));
-          atomicAdd(col + (sy / 2) * 32, sy % 2 ? 0x10000u : 1u);
-        }
-      }
+      for (uint32_t i = 0; i < 2; ++i) CountBf16Piece(&hist[0][lane], q[i]);
     }
   }
   if (!code) return;  // uniform for the block
@@ -1609,9 +1615,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
         const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
         const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
         const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
-        if (tile < p.carry_tiles && p.plane_in_tiles) {  // elements 2l and 2l + 1 of the tile's last kCarryBytes
-          const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
-          carry0 = Bf16Raw4(*reinterpret_cast<const uint32_t*>(p.in.At(off)), 0) & 0xffff;
+        if (tile < p.carry_tiles && p.plane_in_tiles) {
+          carry0 = InputCarry(p, begin, n, lane);
         } else if (tile < p.carry_tiles) {
           carry0 = reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
                                                                     plan::kCarryBytes)[lane];
@@ -1685,11 +1690,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   // again for a RAW tile rather than held through the rounds (registers).
   auto carry_of = [&]() -> uint32_t {
     if (tile >= p.carry_tiles) return 0;
-    if (kFused || (kSmall && p.plane_in_tiles)) {
-      const uint64_t off = 2 * (begin + n - plan::kCarryBytes + 2 * lane);
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(p.in.blocks == nullptr ? p.in.data + off : p.in.At(off));
-      return Bf16Raw4(w, 0) & 0xffff;
-    }
+    if (kFused || (kSmall && p.plane_in_tiles)) return InputCarry(p, begin, n, lane);
     return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
                                                             plan::kCarryBytes)[lane];
   };

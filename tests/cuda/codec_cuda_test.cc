@@ -607,6 +607,22 @@ std::string FirstDifference(const std::vector<uint8_t>& a, const std::vector<uin
   return "equal";
 }
 
+// Each case's GPU chunk (status OK) is the CPU's, and the chunks decode
+// bit-exactly as one batch; `what` names the call in failures.
+void ExpectTheCpuBytesDecodingBitExact(const std::vector<EncodeCase>& cases, const std::vector<int32_t>& status,
+                                       const std::vector<std::vector<uint8_t>>& gpu, const std::string& what) {
+  Batch b;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
+    ASSERT_EQ(status[k], 0) << what << " case " << k << ": " << cuda::ToStatus(status[k]);
+    EXPECT_TRUE(gpu[k] == cpu) << what << " case " << k << " (" << cases[k].input.size()
+                               << " bytes): " << FirstDifference(gpu[k], cpu);
+    b.inputs.push_back(cases[k].input);
+    b.chunks.push_back(gpu[k]);
+  }
+  ExpectDecodesBitExact(b);
+}
+
 TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   std::vector<EncodeCase> cases;
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
@@ -655,20 +671,14 @@ TEST_F(CudaCodec, EncoderProducesTheCpuBytesForEveryDtypeSizeAndLayout) {
   }
 }
 
-// A small call without channel groups or a split point, on an encoder too
-// small for sampled chunks, has no Plan kernel: each block of its Tiles
-// kernel plans the chunk's order-0 table (SelfPlan). Its chunks are the
-// CPU's bytes for every dtype and size class, STORED ones included, call
-// after call; table reuse then codes with the table such a call chose, and a
-// slot whose chunk ended STORED holds none (with Plan too).
 // Self-planned bf16 chunks of whole 4 KiB blocks whose output leaves the
 // raw plane 8-byte aligned have Split count their symbols only, and the
 // Tiles blocks' helper warps write their raw plane and sum their checksum
-// (plane_in_tiles): tiles of 4096 and 8192 symbols, with and without a
-// carry, a partial last tile, a chunk of one block, a chunk Place makes
-// STORED, and beside them chunks with an odd output offset or a partial
-// block, which take Split's path; one chunk a call and several, three calls
-// on one encoder.
+// (plane_in_tiles): tiles of 4096, 8192 and 16384 symbols, with and
+// without a carry, a partial last tile, a chunk of one block, a chunk Place
+// makes STORED, and beside them chunks with an odd output offset or a
+// partial block, which take Split's path; one chunk a call and several,
+// three calls on one encoder.
 TEST_F(CudaCodec, SmallBf16ChunksOfWholeBlocksGiveTheCpuBytes) {
   std::mt19937 rng(33);
   auto bf16_case = [](size_t n, uint32_t skew, uint32_t seed) {
@@ -692,22 +702,20 @@ TEST_F(CudaCodec, SmallBf16ChunksOfWholeBlocksGiveTheCpuBytes) {
     std::vector<int32_t> status;
     std::vector<std::vector<uint8_t>> gpu;
     EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false, /*calls=*/3);
-    Batch b;
-    for (size_t k = 0; k < cases.size(); ++k) {
-      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
-      ASSERT_EQ(status[k], 0) << "case " << k << " of " << cases.size() << ": " << cuda::ToStatus(status[k]);
-      EXPECT_TRUE(gpu[k] == cpu) << "case " << k << " of " << cases.size() << " (" << cases[k].input.size()
-                                 << " bytes): " << FirstDifference(gpu[k], cpu);
-      b.inputs.push_back(cases[k].input);
-      b.chunks.push_back(gpu[k]);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectTheCpuBytesDecodingBitExact(cases, status, gpu, "call of " + std::to_string(cases.size())));
     auto info = Inspect(gpu.back().data(), gpu.back().size());
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->stored, cases.size() > 1);  // the random chunk of the batch
-    ExpectDecodesBitExact(b);
   }
 }
 
+// A small call without channel groups or a split point, on an encoder too
+// small for sampled chunks, has no Plan kernel: each block of its Tiles
+// kernel plans the chunk's order-0 table (SelfPlan). Its chunks are the
+// CPU's bytes for every dtype and size class, STORED ones included, call
+// after call; table reuse then codes with the table such a call chose, and a
+// slot whose chunk ended STORED holds none (with Plan too).
 TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
   const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
   std::mt19937 rng(21);
@@ -729,16 +737,7 @@ TEST_F(CudaCodec, SelfPlannedCallsGiveTheCpuBytes) {
     std::vector<int32_t> status;
     std::vector<std::vector<uint8_t>> gpu;
     EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false, /*calls=*/3);
-    Batch b;
-    for (size_t k = 0; k < cases.size(); ++k) {
-      const auto cpu = EncodeCpu(cases[k].options, cases[k].input);
-      ASSERT_EQ(status[k], 0) << DTypeName(d) << " case " << k << ": " << cuda::ToStatus(status[k]);
-      EXPECT_TRUE(gpu[k] == cpu) << DTypeName(d) << " case " << k << " (" << cases[k].input.size()
-                                 << " bytes): " << FirstDifference(gpu[k], cpu);
-      b.inputs.push_back(cases[k].input);
-      b.chunks.push_back(gpu[k]);
-    }
-    ExpectDecodesBitExact(b);
+    ASSERT_NO_FATAL_FAILURE(ExpectTheCpuBytesDecodingBitExact(cases, status, gpu, DTypeName(d)));
   }
   // Table reuse after a planned call, self-planned or not: a coded slot, and
   // one whose chunk Place made STORED (random bytes), which has no table.
