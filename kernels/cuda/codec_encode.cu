@@ -1886,11 +1886,31 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
 // threads, half the warps repeat the block's bookkeeping (on an H100, Place
 // 20.0 -> 18.9 us at 64 MiB and 56.8 -> 52.3 us at 256 MiB). 16 blocks an SM
 // keep it at 32 registers (left to itself, ptxas takes 40: 12 blocks).
+//
+// kAhead, for self-planned calls (one wave of small tiles, so latency-bound
+// rather than bandwidth-bound): the request's fields are read before the
+// wait (the caller wrote them before the call; no kernel of it writes them),
+// and each tile's words are read ahead (below), so that a block is one round
+// trip to memory after its wait. The other instance reads them where they
+// are used, as before: a 64 MiB call was 1% slower with them early.
 constexpr uint32_t kPlaceThreads = 128;
+constexpr uint32_t kPlaceAhead = 16 * kPlaceThreads;  // bytes of a tile's scratch kAhead reads ahead
+static_assert(kPlaceAhead % 4 == 0 && kPlaceAhead <= kScratch - 128, "the read-ahead is whole words past the states");
+template <bool kAhead>
 __global__ void __launch_bounds__(kPlaceThreads, 16)
     PlaceKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
-  WaitForPrevious();
   const int c = blockIdx.y;
+  const EncodeChunk& ch = chunks[c];
+  uint8_t* out = nullptr;
+  uint64_t capacity = 0;
+  bool allow_stored = false;
+  auto read_request = [&] {
+    out = ch.out;
+    capacity = ch.out_capacity;
+    allow_stored = ch.allow_stored;
+  };
+  if constexpr (kAhead) read_request();
+  WaitForPrevious();
   const uint32_t t = blockIdx.x;  // < ws.max_tiles
   const ChunkPlan& p = ws.plan[c];
   const uint64_t at = static_cast<uint64_t>(c) * ws.max_tiles;
@@ -1902,9 +1922,22 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   const int32_t st = status[c];
   const bool p_stored = p.stored;
   const uint64_t bytes = p.bytes, tiles_off = p.tiles_off, raw_plane = p.raw_plane;
+  const uint64_t dir_off = kAhead ? p.dir_off : 0;  // else read where it is used
   const uint32_t tiles = p.tiles;
   const unsigned long long total = tsum[0];
   const uint32_t e = entry[t], nw = ws.nwords[at + t];
+  // kAhead: each thread also loads its 16 bytes of the last kPlaceAhead
+  // bytes of the tile's scratch, and warp 0 the final states, before it
+  // knows where the words begin. A coded tile's words end there, so most
+  // tiles need no second round trip. (In wider calls, loading ahead moved
+  // more bytes than it saved waiting: docs/performance.md.)
+  const uint8_t* scratch = ws.scratch + (at + t) * kScratch;
+  uint4 tail = make_uint4(0, 0, 0, 0);
+  uint32_t state = 0;
+  if constexpr (kAhead) {
+    tail = __ldg(reinterpret_cast<const uint4*>(scratch + kScratch - kPlaceAhead) + threadIdx.x);
+    if (threadIdx.x < 32) state = __ldg(reinterpret_cast<const uint32_t*>(scratch) + threadIdx.x);
+  }
   // Block 0, warp 0: the chunk's checksum slots, a slot a lane, read in this
   // round trip and zeroed for the next call whatever becomes of the chunk;
   // added up before the header is written.
@@ -1931,12 +1964,12 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     if (blockIdx.x == 0 && threadIdx.x < 32) clear_histogram();
     return;
   }
-  const EncodeChunk& ch = chunks[c];
+  if constexpr (!kAhead) read_request();
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
   if (!stored) {
     payload = tiles_off - kHeader + total;
-    if (payload >= bytes && (ch.allow_stored || raw_plane == 0)) stored = true, payload = bytes;
+    if (payload >= bytes && (allow_stored || raw_plane == 0)) stored = true, payload = bytes;
   }
   if (!stored && t >= tiles && t != 0) return;
   if (!stored) {
@@ -1946,8 +1979,7 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     __syncthreads();
     for (uint32_t w = 0; w < blockDim.x / 32; ++w) before += part[w];
   }
-  uint8_t* out = ch.out;
-  const bool too_big = !stored && kHeader + payload > ch.out_capacity;  // only without STORED (Split checks the rest)
+  const bool too_big = !stored && kHeader + payload > capacity;  // only without STORED (Split checks the rest)
   if (stored) {
     const uint64_t b0 = static_cast<uint64_t>(t) * kMaxTile, b1 = min(bytes, b0 + kMaxTile);
     // 16-byte pieces never straddle blocks; the destination may be unaligned.
@@ -1962,10 +1994,16 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     }
   } else if (!too_big && t < tiles) {
     const uint32_t size = e & ~kTileRaw;
-    if (threadIdx.x == 0) St32(out + p.dir_off + 4ull * t, e);
-    const uint8_t* scratch = ws.scratch + (at + t) * kScratch;
+    if (threadIdx.x == 0) St32(out + (kAhead ? dir_off : p.dir_off) + 4ull * t, e);
     uint8_t* dst = out + tiles_off + before;
     const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+    auto put = [&](uint32_t b, uint32_t v) {
+      if (dst4) {
+        reinterpret_cast<uint32_t*>(dst)[b] = v;
+      } else {
+        St32(dst + 4 * b, v);
+      }
+    };
     // Output word b of the tile: RAW tiles as they are; coded ones are the
     // final states, then the words (which end at the end of the scratch
     // area), then zero padding to a multiple of 4. Word b >= 32 is the
@@ -1973,34 +2011,47 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     // load when nw is even, else the halves of two (the second past the
     // stream's end is the padding).
     const bool raw = e & kTileRaw, odd = nw % 2 != 0;
-    auto word = [&](uint32_t b) {
-      if (raw || b < 32) return __ldg(reinterpret_cast<const uint32_t*>(scratch) + b);
-      const uint32_t o = kScratch - 2 * nw + 4 * (b - 32);
-      if (!odd) return __ldg(reinterpret_cast<const uint32_t*>(scratch + o));
-      const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(scratch + o - 2));
-      const uint32_t hi = o + 2 < kScratch ? __ldg(reinterpret_cast<const uint32_t*>(scratch + o + 2)) : 0u;
-      return __funnelshift_r(lo, hi, 16);
-    };
-    // Four words a thread per step, loads first: the stores must not wait
-    // on each load in turn.
-    constexpr uint32_t kBatch = 4;
-    for (uint32_t b0 = threadIdx.x; b0 < size / 4; b0 += blockDim.x * kBatch) {
-      uint32_t v[kBatch];
+    if (kAhead && !raw && 2 * nw <= kPlaceAhead) {  // uniform for the block
+      // The words from what was read ahead, through shared memory (a word
+      // of the tile's output straddles two threads' pieces), and zeros past
+      // them for the padding. Word b < 32 is the state thread b holds.
+      __shared__ alignas(16) uint8_t window[kPlaceAhead + 16];
+      reinterpret_cast<uint4*>(window)[threadIdx.x] = tail;
+      if (threadIdx.x == 0) reinterpret_cast<uint4*>(window)[kPlaceThreads] = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+      auto at4 = [&](uint32_t o) { return *reinterpret_cast<const uint32_t*>(window + o); };
+      for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
+        const uint32_t o = kPlaceAhead - 2 * nw + 4 * (b - 32);  // used for b >= 32
+        put(b, b < 32 ? state : odd ? __funnelshift_r(at4(o - 2), at4(o + 2), 16) : at4(o));
+      }
+    } else {
+      auto word = [&](uint32_t b) {
+        if (raw || b < 32) return __ldg(reinterpret_cast<const uint32_t*>(scratch) + b);
+        const uint32_t o = kScratch - 2 * nw + 4 * (b - 32);
+        if (!odd) return __ldg(reinterpret_cast<const uint32_t*>(scratch + o));
+        const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(scratch + o - 2));
+        const uint32_t hi = o + 2 < kScratch ? __ldg(reinterpret_cast<const uint32_t*>(scratch + o + 2)) : 0u;
+        return __funnelshift_r(lo, hi, 16);
+      };
+      // Four words a thread per step, loads first: the stores must not wait
+      // on each load in turn.
+      constexpr uint32_t kBatch = 4;
+      for (uint32_t b0 = threadIdx.x; b0 < size / 4; b0 += blockDim.x * kBatch) {
+        uint32_t v[kBatch];
 #pragma unroll
-      for (uint32_t u = 0; u < kBatch; ++u) v[u] = b0 + blockDim.x * u < size / 4 ? word(b0 + blockDim.x * u) : 0;
+        for (uint32_t u = 0; u < kBatch; ++u) v[u] = b0 + blockDim.x * u < size / 4 ? word(b0 + blockDim.x * u) : 0;
 #pragma unroll
-      for (uint32_t u = 0; u < kBatch; ++u) {
-        const uint32_t b = b0 + blockDim.x * u;
-        if (b >= size / 4) break;
-        if (dst4) {
-          reinterpret_cast<uint32_t*>(dst)[b] = v[u];
-        } else {
-          St32(dst + 4 * b, v[u]);
+        for (uint32_t u = 0; u < kBatch; ++u) {
+          const uint32_t b = b0 + blockDim.x * u;
+          if (b >= size / 4) break;
+          put(b, v[u]);
         }
       }
     }
   }
-  // Block 0: the checksum (warp 0), then the header (thread 0).
+  // Block 0: the checksum (warp 0), then the header (thread 0), its fields
+  // read before any of it is stored (a store through `out` could alias them,
+  // so each read after one would wait for the one before).
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
   clear_histogram();
   const unsigned long long sum = WarpSum(slot);
@@ -2012,19 +2063,23 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     status[c] = kOutputTooSmall;
     return;
   }
+  const uint8_t dtype = ch.dtype;
+  const uint32_t tokens = ch.tokens, heads = ch.heads, head_dim = ch.head_dim;
+  const uint64_t n = p.n, check = kvferry::checksum::Finish(sum, p.bytes);
+  const uint32_t tables = p.tables, tile_log2 = p.tile_log2;
   for (uint32_t k = 0; k < kHeader; ++k) out[k] = 0;
-  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = plan::kFormatVersion, out[5] = ch.dtype;
-  St16(out + 6, stored ? kStored : (p.tables > 1 ? kGroups : 0));
-  St64(out + 8, p.n);
-  St32(out + 16, ch.tokens);
-  St32(out + 20, ch.heads);
-  St32(out + 24, ch.head_dim);
-  St16(out + 28, stored ? 0 : p.tables);
-  out[30] = stored ? 0 : p.tile_log2;
-  St32(out + 32, stored ? 0 : p.tiles);
-  St64(out + 40, stored ? 0 : p.raw_plane);
+  out[0] = 'K', out[1] = 'V', out[2] = 'Z', out[3] = '1', out[4] = plan::kFormatVersion, out[5] = dtype;
+  St16(out + 6, stored ? kStored : (tables > 1 ? kGroups : 0));
+  St64(out + 8, n);
+  St32(out + 16, tokens);
+  St32(out + 20, heads);
+  St32(out + 24, head_dim);
+  St16(out + 28, stored ? 0 : tables);
+  out[30] = stored ? 0 : tile_log2;
+  St32(out + 32, stored ? 0 : tiles);
+  St64(out + 40, stored ? 0 : raw_plane);
   St64(out + 48, payload);
-  St64(out + 56, kvferry::checksum::Finish(sum, p.bytes));
+  St64(out + 56, check);
   sizes[c] = kHeader + payload;
 }
 
@@ -2208,7 +2263,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     if (fusable) {
       launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));
     }
-    launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
+    launch(Launch(ws.self_plan ? PlaceKernel<true> : PlaceKernel<false>, dim3(max_tiles_, count), kPlaceThreads, 0, s,
+                  chunks, status, sizes, ws));
     if (e != cudaSuccess) return fail(e);
     return cudaGetLastError();
   };
@@ -2238,7 +2294,7 @@ cudaError_t Encoder::EncodeReusingTablesAsync(const EncodeChunk* chunks, int cou
     };
     launch(Launch(ReuseKernel, count, 256, 0, s, chunks, status, sizes, ws));
     launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));
-    launch(Launch(PlaceKernel, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
+    launch(Launch(PlaceKernel<false>, dim3(max_tiles_, count), kPlaceThreads, 0, s, chunks, status, sizes, ws));
     if (e != cudaSuccess) return Fail(ws, max_chunks_, e, s);
     return cudaGetLastError();
   };

@@ -710,6 +710,58 @@ TEST_F(CudaCodec, SmallBf16ChunksOfWholeBlocksGiveTheCpuBytes) {
   }
 }
 
+// A self-planned call's Place reads the last 2 KiB of each tile's scratch
+// before it knows the tile's size, and takes a coded tile's words from what
+// it read when they fit there; RAW tiles, and coded tiles of more words, it
+// reads from scratch again. Chunks of 4096-symbol bf16 tiles with each kind
+// (KV-like tiles with RAW tiles among them, whose 64 exponents, 192..255,
+// are too rare in the chunk for more than the least frequency; tiles of 64
+// equally likely exponents, about 3 KiB coded), at four output offsets, are
+// the CPU's bytes.
+TEST_F(CudaCodec, SmallCallsPlaceTilesFromWhatTheyReadAheadOrFromScratch) {
+  constexpr size_t kTile = 4096, kTiles = 64;  // 2^18 elements: 4096-symbol tiles
+  std::mt19937 rng(57);
+  std::vector<EncodeCase> cases;
+  for (uint32_t skew : {0u, 1u, 2u, 3u}) {
+    EncodeCase mixed;
+    mixed.input = KvLike(DType::kBF16, kTile * kTiles, 128, 60 + skew);
+    for (size_t t = 3; t < kTiles; t += 8) {
+      for (size_t i = kTile * t; i < kTile * (t + 1); ++i) {
+        const uint32_t v = (rng() & 0x807fu) | (192 + rng() % 64) << 7;  // sign, exponent, mantissa
+        mixed.input[2 * i] = static_cast<uint8_t>(v);
+        mixed.input[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    }
+    mixed.out_skew = skew;
+    cases.push_back(std::move(mixed));
+    EncodeCase wide;
+    for (size_t i = 0; i < kTile * kTiles; ++i) {
+      const uint32_t v = (rng() & 0x807fu) | (64 + rng() % 64) << 7;  // sign, exponent 64..127, mantissa
+      wide.input.push_back(static_cast<uint8_t>(v));
+      wide.input.push_back(static_cast<uint8_t>(v >> 8));
+    }
+    wide.out_skew = skew;
+    cases.push_back(std::move(wide));
+  }
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/false, /*calls=*/2);
+  ASSERT_NO_FATAL_FAILURE(ExpectTheCpuBytesDecodingBitExact(cases, status, gpu, "small call"));
+  for (size_t k = 0; k < cases.size(); ++k) {
+    auto info = Inspect(gpu[k].data(), gpu[k].size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_FALSE(info->stored) << "case " << k;
+    ASSERT_EQ(info->tile_log2, 12u) << "case " << k;
+    if (k % 2 == 0) {  // some tiles RAW, the others coded
+      EXPECT_GT(info->raw_tiles, 0u) << "case " << k;
+      EXPECT_LT(info->raw_tiles, info->tiles) << "case " << k;
+    } else {  // every tile coded, on average in more than the 2 KiB read ahead
+      EXPECT_EQ(info->raw_tiles, 0u) << "case " << k;
+      EXPECT_GT((info->chunk_bytes - 64 - info->raw_plane_bytes) / info->tiles, 128u + 2048u) << "case " << k;
+    }
+  }
+}
+
 // A small call without channel groups or a split point, on an encoder too
 // small for sampled chunks, has no Plan kernel: each block of its Tiles
 // kernel plans the chunk's order-0 table (SelfPlan). Its chunks are the
