@@ -13,7 +13,8 @@
 //   Tiles     one warp per tile: symbols from the input, rANS, or RAW when
 //             not smaller
 //   Place     tiles into place (each block finds its offsets), directory,
-//             header; STORED (the input copied) when not smaller
+//             header; STORED (the input copied) when not smaller; in small
+//             self-planned calls each block reads its tile's words ahead
 // Table reuse (EncodeReusingTablesAsync) runs Reuse, the fused Tiles kernel
 // and Place only:
 //   Reuse     each chunk's request checked and planned with the order-0
