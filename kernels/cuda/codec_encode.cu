@@ -1602,6 +1602,16 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     }
     return;
   }
+  // Lane l starts from 2^16 | u16 l of the tile's carry (docs/codec-format.md):
+  // of a fused or plane_in_tiles chunk from its input (bf16, elements 2l and
+  // 2l + 1 of the tile's last kCarryBytes), else as Split left it. Loaded
+  // again for a RAW tile rather than held through the rounds (registers).
+  auto carry_of = [&](uint64_t begin, uint32_t n, uint32_t lane) -> uint32_t {
+    if (tile >= p.carry_tiles) return 0;
+    if (kFused || (kSmall && p.plane_in_tiles)) return InputCarry(p, begin, n, lane);
+    return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
+                                                            plan::kCarryBytes)[lane];
+  };
   const uint32_t* planned = nullptr;  // self-planned: table 0's entries (SelfPlan's words)
   // Self-planned: the lane's carry and its 16 elements of the tile's last
   // segment (pre, where they are whole), loaded while warp 0 plans.
@@ -1616,12 +1626,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
         const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
         const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
         const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
-        if (tile < p.carry_tiles && p.plane_in_tiles) {
-          carry0 = InputCarry(p, begin, n, lane);
-        } else if (tile < p.carry_tiles) {
-          carry0 = reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
-                                                                    plan::kCarryBytes)[lane];
-        }
+        carry0 = carry_of(begin, n, lane);
         const uint64_t e = begin + 512ull * (segs - 1) + 16 * lane;
         if (segs > 0 && e + 16 <= p.n) {
           const uint4* src = reinterpret_cast<const uint4*>(p.in.At(e * p.e.bytes));
@@ -1685,17 +1690,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
   const uint32_t lt = (1u << lane) - 1;
-  // Lane l starts from 2^16 | u16 l of the tile's carry (docs/codec-format.md):
-  // of a fused or plane_in_tiles chunk from its input (bf16, elements 2l and
-  // 2l + 1 of the tile's last kCarryBytes), else as Split left it. Loaded
-  // again for a RAW tile rather than held through the rounds (registers).
-  auto carry_of = [&]() -> uint32_t {
-    if (tile >= p.carry_tiles) return 0;
-    if (kFused || (kSmall && p.plane_in_tiles)) return InputCarry(p, begin, n, lane);
-    return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
-                                                            plan::kCarryBytes)[lane];
-  };
-  uint32_t x = kL | (kSmall && ws.self_plan ? carry0 : carry_of()), emitted = 0;
+  uint32_t x = kL | (kSmall && ws.self_plan ? carry0 : carry_of(begin, n, lane)), emitted = 0;
   uint32_t unseen = 0;  // OR of M - f: bit kProbBits set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
@@ -1858,7 +1853,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     const uint32_t groups = (n + 7) / 8;
     PackRawTile(&ws.plan[c], begin, groups, scratch);
     for (uint32_t b = groups * p.e.exp_bits + lane; b < packed; b += 32) scratch[b] = 0;
-    if (carries) reinterpret_cast<uint16_t*>(scratch + packed)[lane] = static_cast<uint16_t>(carry_of());
+    if (carries) reinterpret_cast<uint16_t*>(scratch + packed)[lane] = static_cast<uint16_t>(carry_of(begin, n, lane));
     if (lane == 0) {
       ws.entry[static_cast<uint64_t>(c) * ws.max_tiles + tile] = raw | kTileRaw;
       AddTileSize(ws, c, tile, raw);
@@ -1897,6 +1892,16 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
 constexpr uint32_t kPlaceThreads = 128;
 constexpr uint32_t kPlaceAhead = 16 * kPlaceThreads;  // bytes of a tile's scratch kAhead reads ahead
 static_assert(kPlaceAhead % 4 == 0 && kPlaceAhead <= kScratch - 128, "the read-ahead is whole words past the states");
+// Output word b >= 32 of a coded tile: its nw 16-bit words, which end at
+// byte `end` of an area that load4 reads 4 bytes of at a 2-aligned offset,
+// from o = end - 2 nw + 4 (b - 32). One load when nw is even, else the
+// halves of two; past the words' end is the padding, zero.
+template <typename Load4>
+__device__ __forceinline__ uint32_t CodedTileWord(Load4 load4, uint32_t end, uint32_t nw, uint32_t b) {
+  const uint32_t o = end - 2 * nw + 4 * (b - 32);
+  if (nw % 2 == 0) return load4(o);
+  return __funnelshift_r(load4(o - 2), o + 2 < end ? load4(o + 2) : 0u, 16);
+}
 template <bool kAhead>
 __global__ void __launch_bounds__(kPlaceThreads, 16)
     PlaceKernel(const EncodeChunk* chunks, int32_t* status, uint64_t* sizes, Workspace ws) {
@@ -1923,7 +1928,8 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
   const int32_t st = status[c];
   const bool p_stored = p.stored;
   const uint64_t bytes = p.bytes, tiles_off = p.tiles_off, raw_plane = p.raw_plane;
-  const uint64_t dir_off = kAhead ? p.dir_off : 0;  // else read where it is used
+  uint64_t dir_off = 0;
+  if constexpr (kAhead) dir_off = p.dir_off;  // else with the request's fields
   const uint32_t tiles = p.tiles;
   const unsigned long long total = tsum[0];
   const uint32_t e = entry[t], nw = ws.nwords[at + t];
@@ -1965,7 +1971,7 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     if (blockIdx.x == 0 && threadIdx.x < 32) clear_histogram();
     return;
   }
-  if constexpr (!kAhead) read_request();
+  if constexpr (!kAhead) read_request(), dir_off = p.dir_off;
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
   if (!stored) {
@@ -1995,7 +2001,7 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     }
   } else if (!too_big && t < tiles) {
     const uint32_t size = e & ~kTileRaw;
-    if (threadIdx.x == 0) St32(out + (kAhead ? dir_off : p.dir_off) + 4ull * t, e);
+    if (threadIdx.x == 0) St32(out + dir_off + 4ull * t, e);
     uint8_t* dst = out + tiles_off + before;
     const bool dst4 = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
     auto put = [&](uint32_t b, uint32_t v) {
@@ -2007,33 +2013,22 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     };
     // Output word b of the tile: RAW tiles as they are; coded ones are the
     // final states, then the words (which end at the end of the scratch
-    // area), then zero padding to a multiple of 4. Word b >= 32 is the
-    // stream's bytes from o = kScratch - 2 nw + 4 (b - 32): one aligned
-    // load when nw is even, else the halves of two (the second past the
-    // stream's end is the padding).
-    const bool raw = e & kTileRaw, odd = nw % 2 != 0;
+    // area), then zero padding to a multiple of 4 (CodedTileWord).
+    const bool raw = e & kTileRaw;
     if (kAhead && !raw && 2 * nw <= kPlaceAhead) {  // uniform for the block
       // The words from what was read ahead, through shared memory (a word
-      // of the tile's output straddles two threads' pieces), and zeros past
-      // them for the padding. Word b < 32 is the state thread b holds.
-      __shared__ alignas(16) uint8_t window[kPlaceAhead + 16];
+      // of the tile's output straddles two threads' pieces). Word b < 32 is
+      // the state thread b holds.
+      __shared__ alignas(16) uint8_t window[kPlaceAhead];
       reinterpret_cast<uint4*>(window)[threadIdx.x] = tail;
-      if (threadIdx.x == 0) reinterpret_cast<uint4*>(window)[kPlaceThreads] = make_uint4(0, 0, 0, 0);
       __syncthreads();
       auto at4 = [&](uint32_t o) { return *reinterpret_cast<const uint32_t*>(window + o); };
       for (uint32_t b = threadIdx.x; b < size / 4; b += blockDim.x) {
-        const uint32_t o = kPlaceAhead - 2 * nw + 4 * (b - 32);  // used for b >= 32
-        put(b, b < 32 ? state : odd ? __funnelshift_r(at4(o - 2), at4(o + 2), 16) : at4(o));
+        put(b, b < 32 ? state : CodedTileWord(at4, kPlaceAhead, nw, b));
       }
     } else {
-      auto word = [&](uint32_t b) {
-        if (raw || b < 32) return __ldg(reinterpret_cast<const uint32_t*>(scratch) + b);
-        const uint32_t o = kScratch - 2 * nw + 4 * (b - 32);
-        if (!odd) return __ldg(reinterpret_cast<const uint32_t*>(scratch + o));
-        const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(scratch + o - 2));
-        const uint32_t hi = o + 2 < kScratch ? __ldg(reinterpret_cast<const uint32_t*>(scratch + o + 2)) : 0u;
-        return __funnelshift_r(lo, hi, 16);
-      };
+      auto at4 = [&](uint32_t o) { return __ldg(reinterpret_cast<const uint32_t*>(scratch + o)); };
+      auto word = [&](uint32_t b) { return raw || b < 32 ? at4(4 * b) : CodedTileWord(at4, kScratch, nw, b); };
       // Four words a thread per step, loads first: the stores must not wait
       // on each load in turn.
       constexpr uint32_t kBatch = 4;

@@ -721,25 +721,26 @@ TEST_F(CudaCodec, SmallBf16ChunksOfWholeBlocksGiveTheCpuBytes) {
 TEST_F(CudaCodec, SmallCallsPlaceTilesFromWhatTheyReadAheadOrFromScratch) {
   constexpr size_t kTile = 4096, kTiles = 64;  // 2^18 elements: 4096-symbol tiles
   std::mt19937 rng(57);
+  // Element i of bf16 bytes: a random sign and mantissa, an exponent of 64
+  // drawn from `lowest` up.
+  auto put_bf16 = [&](std::vector<uint8_t>* bytes, size_t i, uint32_t lowest) {
+    const uint32_t exponent = lowest + rng() % 64;
+    const uint32_t v = (rng() & 0x807fu) | exponent << 7;
+    (*bytes)[2 * i] = static_cast<uint8_t>(v);
+    (*bytes)[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+  };
   std::vector<EncodeCase> cases;
   for (uint32_t skew : {0u, 1u, 2u, 3u}) {
     EncodeCase mixed;
     mixed.input = KvLike(DType::kBF16, kTile * kTiles, 128, 60 + skew);
     for (size_t t = 3; t < kTiles; t += 8) {
-      for (size_t i = kTile * t; i < kTile * (t + 1); ++i) {
-        const uint32_t v = (rng() & 0x807fu) | (192 + rng() % 64) << 7;  // sign, exponent, mantissa
-        mixed.input[2 * i] = static_cast<uint8_t>(v);
-        mixed.input[2 * i + 1] = static_cast<uint8_t>(v >> 8);
-      }
+      for (size_t i = kTile * t; i < kTile * (t + 1); ++i) put_bf16(&mixed.input, i, 192);
     }
     mixed.out_skew = skew;
     cases.push_back(std::move(mixed));
     EncodeCase wide;
-    for (size_t i = 0; i < kTile * kTiles; ++i) {
-      const uint32_t v = (rng() & 0x807fu) | (64 + rng() % 64) << 7;  // sign, exponent 64..127, mantissa
-      wide.input.push_back(static_cast<uint8_t>(v));
-      wide.input.push_back(static_cast<uint8_t>(v >> 8));
-    }
+    wide.input.resize(2 * kTile * kTiles);
+    for (size_t i = 0; i < kTile * kTiles; ++i) put_bf16(&wide.input, i, 64);
     wide.out_skew = skew;
     cases.push_back(std::move(wide));
   }
