@@ -1583,12 +1583,33 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   static_assert(kMagicAt >= 256 + (257 + 3) / 4 && kMagicAt + (kM + 2) / 2 <= kMaxTables * 256 / 2,
                 "the reciprocals fit the tables' space past table 0 and SelfPlan's words");
   uint2* const magic = reinterpret_cast<uint2*>(tables + kMagicAt);
+  // The small instance loads all of a coding thread's entries (at most
+  // kMost: WarpsPerTileBlock gives at least 64 coding threads) before the
+  // wait and stores them once the status and plan loads are issued: one
+  // round trip, not one an entry. The other instance stores each entry as
+  // it comes: holding them through the wait cost 256 MiB calls 1%
+  // (docs/performance.md).
+  constexpr uint32_t kMost = kSmall ? (kM + 1 + 63) / 64 : 1;
+  uint2 mv[kMost];
   if (threadIdx.x < coder_threads) {
-    for (uint32_t k = threadIdx.x; k <= kM; k += coder_threads) magic[k] = ws.magic[k];
+    if constexpr (kSmall) {
+#pragma unroll
+      for (uint32_t u = 0; u < kMost; ++u) {
+        if (threadIdx.x + u * coder_threads <= kM) mv[u] = ws.magic[threadIdx.x + u * coder_threads];
+      }
+    } else {
+      for (uint32_t k = threadIdx.x; k <= kM; k += coder_threads) magic[k] = ws.magic[k];
+    }
   }
   WaitForPrevious();
   const int32_t st = status[c];
   ChunkPlan p = ws.plan[c];
+  if (kSmall && threadIdx.x < coder_threads) {
+#pragma unroll
+    for (uint32_t u = 0; u < kMost; ++u) {
+      if (threadIdx.x + u * coder_threads <= kM) magic[threadIdx.x + u * coder_threads] = mv[u];
+    }
+  }
   if (helped && warp >= warps) {
     // A helper: the raw plane and checksum blocks of the block's tiles, in
     // turn with the other helpers. (Leaving the helper that shares warp 0's
