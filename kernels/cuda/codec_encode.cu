@@ -740,13 +740,15 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const u
     if (range != nullptr) *range = make_uint2(0, 0);
     return 4ull << 19;  // an empty table: lo, count
   }
-  // floor(h * M / total) by a double reciprocal, then made exact (h * M <
-  // 2^53 is exact in a double; the estimate is off by at most one).
-  const double inv = static_cast<double>(kM) / static_cast<double>(total);
+  // floor(h * M / total), at most M: a float estimate, whose relative error
+  // (a few units of 2^-24) leaves it within one of the floor, then made
+  // exact by integer checks. (A double quotient, with its division, took
+  // longer: docs/performance.md.)
+  const float inv = __fdividef(static_cast<float>(kM), __ull2float_rn(total));
   uint32_t sum = 0;
   for (int k = 0; k < 8; ++k) {
     const uint64_t a = h[k] * kM;
-    uint64_t q = static_cast<uint64_t>(static_cast<double>(h[k]) * inv);
+    uint64_t q = static_cast<uint32_t>(__ull2float_rn(h[k]) * inv);
     if (q * total > a) --q;
     if ((q + 1) * total <= a) ++q;
     f[k] = h[k] == 0 ? 0 : static_cast<uint32_t>(max(uint64_t{1}, q));
@@ -789,26 +791,51 @@ __device__ uint64_t WarpNormalize(const uint64_t h[8], uint32_t (&f)[8], const u
     for (int k = 0; k < 8; ++k) fmax = max(fmax, f[k]);
     fmax = __reduce_max_sync(0xffffffffu, fmax);
     uint32_t lo = fmax > k_dec + 1 ? fmax - k_dec : 1, hi = fmax;
-    while (lo < hi) {
-      const uint32_t mid = (lo + hi) / 2;
-      if (excess(mid) <= k_dec) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
+    uint32_t level = 0, r = 0;
+    if (k_dec < 32) {
+      // At most 32 levels: lane j tests lo + j, all at once. Only symbols
+      // above lo add to an excess there, and they lie in few lanes (the
+      // most frequent symbols), whose frequencies reach every lane by
+      // shuffles: no reduction a level, one after another.
+      const uint32_t mine = lo + lane;
+      bool above = false;
+      for (int k = 0; k < 8; ++k) above |= f[k] > lo;
+      uint32_t e = 0;
+      for (uint32_t m = __ballot_sync(0xffffffffu, above); m != 0; m &= m - 1) {
+        const int src = __ffs(m) - 1;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const uint32_t v = __shfl_sync(0xffffffffu, f[k], src);
+          e += v > mine ? v - mine : 0;
+        }
       }
+      const int j = __ffs(__ballot_sync(0xffffffffu, mine <= hi && e <= k_dec)) - 1;  // lane hi - lo passes
+      level = lo + j;
+      r = k_dec - __shfl_sync(0xffffffffu, e, j);
+    } else {
+      while (lo < hi) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (excess(mid) <= k_dec) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      level = lo;
+      r = k_dec - excess(level);
     }
-    const uint32_t level = lo;
-    uint32_t r = k_dec - excess(level);
     uint32_t at_level = 0;
     for (int k = 0; k < 8; ++k) {
       f[k] = min(f[k], level);
       at_level += f[k] == level ? 1 : 0;
     }
-    uint32_t before = WarpInclusiveScan(at_level) - at_level;
-    for (int k = 0; k < 8; ++k) {
-      if (f[k] == level) {
-        if (before < r) --f[k];
-        ++before;
+    if (r != 0) {  // uniform
+      uint32_t before = WarpInclusiveScan(at_level) - at_level;
+      for (int k = 0; k < 8; ++k) {
+        if (f[k] == level) {
+          if (before < r) --f[k];
+          ++before;
+        }
       }
     }
   }

@@ -857,6 +857,73 @@ TEST_F(CudaCodec, RefinedTablesAreTheCpuTables) {
   }
 }
 
+// Table normalisation meets the sum of 256 each way there is, as the CPU
+// does: bf16 chunks whose exponent counts are chosen so that rounding leaves
+// the sum over 256 by a little with one most frequent symbol (lowered to a
+// level, nothing left over), with two tied ones (one lowered once more), with
+// 40 symbols at the top level spread over many lanes, and by much (the
+// search over levels); and a sum under 256 (the most frequent symbol
+// raised). Each table is checked against the frequencies worked out here,
+// and the chunks against the CPU's bytes, whether Tiles plans them (a
+// self-planned call) or Plan does.
+TEST_F(CudaCodec, NormalisedTablesAreTheCpuTablesWhicheverWayTheSumIsMet) {
+  struct Case {
+    std::vector<std::pair<uint32_t, uint32_t>> counts;  // exponent, elements
+    std::vector<std::pair<uint32_t, uint32_t>> expect;  // exponent, frequency
+  };
+  constexpr uint32_t kN = 1u << 17;
+  std::vector<Case> made;
+  made.push_back({{{120, kN - 3}, {10, 1}, {200, 1}, {250, 1}}, {{120, 253}, {10, 1}, {200, 1}, {250, 1}}});
+  made.push_back({{{100, 65534}, {101, 65533}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}}, {{100, 125}, {101, 126}}});
+  Case spread;  // 40 symbols at 6 (3276 or 3288 of 2^17), 20 at 1: 260, four of the 40 lowered
+  for (uint32_t i = 0; i < 40; ++i) spread.counts.push_back({5 + 3 * i, i < 39 ? 3276u : kN - 20 - 39 * 3276});
+  for (uint32_t i = 0; i < 20; ++i) spread.counts.push_back({130 + i, 1});
+  spread.expect = {{5, 5}, {8, 5}, {11, 5}, {14, 5}, {17, 6}, {122, 6}, {130, 1}};
+  made.push_back(spread);
+  Case many;  // 255 and 100 singletons: 355, the top symbol lowered by 99
+  many.counts.push_back({200, kN - 100});
+  for (uint32_t i = 0; i < 100; ++i) many.counts.push_back({i, 1});
+  many.expect = {{200, 156}, {0, 1}, {99, 1}};
+  made.push_back(many);
+  made.push_back({{{60, 32768}, {61, 32768}, {62, 32768}}, {{60, 86}, {61, 85}, {62, 85}}});  // 255: the first raised
+  std::mt19937 rng(71);
+  std::vector<EncodeCase> cases;
+  for (const Case& m : made) {
+    std::vector<uint16_t> values;
+    for (const auto& [exponent, n] : m.counts) {
+      for (uint32_t i = 0; i < n; ++i) values.push_back(static_cast<uint16_t>((rng() & 0x807fu) | exponent << 7));
+    }
+    std::shuffle(values.begin(), values.end(), rng);
+    EncodeCase cs;
+    cs.input.resize(2 * values.size());
+    std::memcpy(cs.input.data(), values.data(), cs.input.size());
+    cases.push_back(std::move(cs));
+  }
+  for (bool planned : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "Plan kernel " << planned);
+    std::vector<int32_t> status;
+    std::vector<std::vector<uint8_t>> gpu;
+    EncodeOnGpu(cases, &status, &gpu, nullptr, /*channel_groups=*/planned);
+    ASSERT_NO_FATAL_FAILURE(ExpectTheCpuBytesDecodingBitExact(cases, status, gpu, "made counts"));
+    for (size_t k = 0; k < made.size(); ++k) {
+      // The order-0 table after the raw plane: u16 lo, u16 count, count x u16 (docs/codec-format.md).
+      auto info = Inspect(gpu[k].data(), gpu[k].size());
+      ASSERT_TRUE(info.ok()) << info.status();
+      ASSERT_FALSE(info->stored) << "case " << k;
+      const uint8_t* t = gpu[k].data() + 64 + info->raw_plane_bytes;
+      auto u16 = [&](size_t i) { return static_cast<uint32_t>(t[2 * i] | t[2 * i + 1] << 8); };
+      const uint32_t lo = u16(0), count = u16(1);
+      uint32_t sum = 0;
+      for (uint32_t i = 0; i < count; ++i) sum += u16(2 + i);
+      EXPECT_EQ(sum, 256u) << "case " << k;
+      for (const auto& [exponent, freq] : made[k].expect) {
+        ASSERT_TRUE(exponent >= lo && exponent < lo + count) << "case " << k << " exponent " << exponent;
+        EXPECT_EQ(u16(2 + exponent - lo), freq) << "case " << k << " exponent " << exponent;
+      }
+    }
+  }
+}
+
 // A call that promises no KV-aware chunk skips the channel-ranking kernels:
 // its order-0 chunks (with or without a layout) are the CPU's bytes, and a
 // chunk that asks for channel groups anyway is refused, not coded otherwise.
