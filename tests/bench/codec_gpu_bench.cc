@@ -7,7 +7,7 @@
 // device-to-device copy of the same bytes measured the same way.
 //
 //   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M] [--queued]
-//                   [--no_promise]
+//                   [--no_promise] [--hold_mib=N]
 //
 // Order-0 calls whose chunks all take the encoder's one-pass path (bf16 of
 // at least plan::kSampleMinElements elements: 32 MiB and up) say so
@@ -30,7 +30,13 @@
 // one CUDA graph for them. The first call on that array, which records the
 // graph, is printed apart ("first call", encode / decode).
 //
-// Calls 32M, 128M and 2x64M run on request (--call) only.
+// Calls 32M, 128M and 2x64M run on request (--call) only. --call=C1,C2,...
+// runs the calls named, in that order, each as often as named.
+//
+// --hold_mib=N holds N MiB of device memory for the whole run before
+// anything else is allocated, so that every buffer and workspace lies
+// elsewhere in memory: how much a call's time depends on where its memory
+// lies (docs/performance.md).
 //
 // DIR holds tools/kv_capture.py's files (default ~/.cache/kvferry/kv). Real KV
 // is repeated to fill each call; without it the bench warns and uses synthetic
@@ -106,6 +112,7 @@ int Run(int argc, char** argv) {
   std::string dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvferry/kv";
   int reps = 21;
   bool quick = false, queued = false, promise = true;
+  long hold_mib = 0;
   std::string only_dtype, only_call, only_mode;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -125,14 +132,16 @@ int Run(int argc, char** argv) {
       promise = false;
     } else if (a == "--quick") {
       quick = true;
+    } else if (a.rfind("--hold_mib=", 0) == 0) {
+      hold_mib = std::max(0L, std::atol(a.c_str() + 11));
     } else {
       std::fprintf(
           stderr,
           "usage: codec_gpu_bench [--kv_dir=DIR] [--reps=N] [--quick] [--dtype=bf16|fp16|fp8_e4m3|fp8_e5m2|fp32]\n"
-          "                       [--call=1M|4M|16x4M|64M|256M|32M|128M|2x64M] "
+          "                       [--call=C[,C...], C one of 1M|4M|16x4M|64M|256M|32M|128M|2x64M] "
           "[--mode=order-0|kv-aware|reuse|reuse-own] "
           "[--queued]\n"
-          "                       [--no_promise]\n");
+          "                       [--no_promise] [--hold_mib=N]\n");
       return 2;
     }
   }
@@ -144,6 +153,11 @@ int Run(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, L2 %d MiB\n", prop.name, prop.l2CacheSize >> 20);
+  void* held = nullptr;
+  if (hold_mib > 0) {
+    CHECK_CUDA(cudaMalloc(&held, static_cast<size_t>(hold_mib) << 20));
+    std::printf("holding %ld MiB of device memory for the run\n", hold_mib);
+  }
 
   // Real KV: all prompts of one dtype concatenated; layout tokens x 3 heads x 64.
   const Layout kv_layout{0, 3, 64};
@@ -181,6 +195,21 @@ int Run(int argc, char** argv) {
                                {"64M", 64 << 20, 1},         {"256M", 256 << 20, 1},      {"32M", 32 << 20, 1, true},
                                {"128M", 128 << 20, 1, true}, {"2x64M", 64 << 20, 2, true}};
   if (quick) shapes = {{"4M", 4 << 20, 1}, {"64M", 64 << 20, 1}};
+  if (!only_call.empty()) {  // the calls named, in their order (a call may be named twice)
+    std::vector<Shape> named;
+    for (size_t at = 0; at <= only_call.size();) {
+      const size_t end = std::min(only_call.find(',', at), only_call.size());
+      const std::string name = only_call.substr(at, end - at);
+      auto it = std::find_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return sh.name == name; });
+      if (it == shapes.end()) {
+        std::fprintf(stderr, "codec_gpu_bench: no call named '%s'\n", name.c_str());
+        return 2;
+      }
+      named.push_back(*it);
+      at = end + 1;
+    }
+    shapes = named;
+  }
   std::printf("\n%-20s %-9s %-8s %7s %9s %10s %10s %10s %10s %9s %s\n", "data", "call", "mode", "ratio", "vs bound",
               "enc GB/s", "dec GB/s", "enc us", "dec us", "copy GB/s", "check");
   int failures = 0;
@@ -188,7 +217,7 @@ int Run(int argc, char** argv) {
     if (!only_dtype.empty() && src.name.rfind(only_dtype, 0) != 0) continue;
     for (const Shape& sh : shapes) {
       if (src.dtype != DType::kBF16 && sh.chunk_bytes < (4u << 20)) continue;  // small sizes: bf16 only
-      if ((!only_call.empty() || sh.on_request) && only_call != sh.name) continue;
+      if (only_call.empty() && sh.on_request) continue;
       for (const char* mode : {"order-0", "kv-aware", "reuse", "reuse-own"}) {
         if (!only_mode.empty() && only_mode != mode) continue;
         if (only_mode.empty() && std::strcmp(mode, "reuse-own") == 0) continue;  // on request only
@@ -478,6 +507,7 @@ int Run(int argc, char** argv) {
   std::printf("\nratio = input / chunk bytes; vs bound = chunk bytes over the order-0 entropy bound of exponent "
               "plane + raw plane; GB/s of uncompressed bytes\n%s\n",
               failures == 0 ? "codec_gpu_bench: all checks passed" : "codec_gpu_bench: CHECK FAILURES");
+  if (held != nullptr) cudaFree(held);
   return failures == 0 ? 0 : 1;
 }
 
