@@ -861,11 +861,10 @@ TEST_F(CudaCodec, RefinedTablesAreTheCpuTables) {
 // does: bf16 chunks whose exponent counts are chosen so that rounding leaves
 // the sum over 256 by a little with one most frequent symbol (lowered to a
 // level, nothing left over), with two tied ones (one lowered once more), with
-// 40 symbols at the top level spread over many lanes, and by much (the
-// search over levels); and a sum under 256 (the most frequent symbol
-// raised). Each table is checked against the frequencies worked out here,
-// and the chunks against the CPU's bytes, whether Tiles plans them (a
-// self-planned call) or Plan does.
+// 40 symbols at the top level spread over many lanes, by 31 and 32 (the
+// largest excess whose levels are tested at once, the smallest searched) and
+// by much; and a sum under 256 (the most frequent symbol raised). Each table is checked against the frequencies worked
+// out here, and the chunks against the CPU's bytes, whether Tiles plans them (a self-planned call) or Plan does.
 TEST_F(CudaCodec, NormalisedTablesAreTheCpuTablesWhicheverWayTheSumIsMet) {
   struct Case {
     std::vector<std::pair<uint32_t, uint32_t>> counts;  // exponent, elements
@@ -880,11 +879,15 @@ TEST_F(CudaCodec, NormalisedTablesAreTheCpuTablesWhicheverWayTheSumIsMet) {
   for (uint32_t i = 0; i < 20; ++i) spread.counts.push_back({130 + i, 1});
   spread.expect = {{5, 5}, {8, 5}, {11, 5}, {14, 5}, {17, 6}, {122, 6}, {130, 1}};
   made.push_back(spread);
-  Case many;  // 255 and 100 singletons: 355, the top symbol lowered by 99
-  many.counts.push_back({200, kN - 100});
-  for (uint32_t i = 0; i < 100; ++i) many.counts.push_back({i, 1});
-  many.expect = {{200, 156}, {0, 1}, {99, 1}};
-  made.push_back(many);
+  // 255 and s singletons, over 256 by s - 1: 99 (the search), 31 (the most
+  // levels tested at once) and 32 (the fewest searched).
+  for (uint32_t singles : {100u, 32u, 33u}) {
+    Case many;
+    many.counts.push_back({180, kN - singles});
+    for (uint32_t i = 0; i < singles; ++i) many.counts.push_back({i, 1});
+    many.expect = {{180, 256 - singles}, {0, 1}, {singles - 1, 1}};
+    made.push_back(many);
+  }
   made.push_back({{{60, 32768}, {61, 32768}, {62, 32768}}, {{60, 86}, {61, 85}, {62, 85}}});  // 255: the first raised
   std::mt19937 rng(71);
   std::vector<EncodeCase> cases;
