@@ -1622,7 +1622,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     if constexpr (kSmall) {
 #pragma unroll
       for (uint32_t u = 0; u < kMost; ++u) {
-        if (threadIdx.x + u * coder_threads <= kM) mv[u] = ws.magic[threadIdx.x + u * coder_threads];
+        const uint32_t k = threadIdx.x + u * coder_threads;
+        if (k <= kM) mv[u] = ws.magic[k];
       }
     } else {
       for (uint32_t k = threadIdx.x; k <= kM; k += coder_threads) magic[k] = ws.magic[k];
@@ -1634,7 +1635,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   if (kSmall && threadIdx.x < coder_threads) {
 #pragma unroll
     for (uint32_t u = 0; u < kMost; ++u) {
-      if (threadIdx.x + u * coder_threads <= kM) magic[threadIdx.x + u * coder_threads] = mv[u];
+      const uint32_t k = threadIdx.x + u * coder_threads;
+      if (k <= kM) magic[k] = mv[u];
     }
   }
   if (helped && warp >= warps) {
@@ -2019,7 +2021,10 @@ __global__ void __launch_bounds__(kPlaceThreads, 16)
     if (blockIdx.x == 0 && threadIdx.x < 32) clear_histogram();
     return;
   }
-  if constexpr (!kAhead) read_request(), dir_off = p.dir_off;
+  if constexpr (!kAhead) {
+    read_request();
+    dir_off = p.dir_off;
+  }
   uint64_t payload = bytes, before = 0;
   bool stored = p_stored;
   if (!stored) {

@@ -863,8 +863,10 @@ TEST_F(CudaCodec, RefinedTablesAreTheCpuTables) {
 // level, nothing left over), with two tied ones (one lowered once more), with
 // 40 symbols at the top level spread over many lanes, by 31 and 32 (the
 // largest excess whose levels are tested at once, the smallest searched) and
-// by much; and a sum under 256 (the most frequent symbol raised). Each table is checked against the frequencies worked
-// out here, and the chunks against the CPU's bytes, whether Tiles plans them (a self-planned call) or Plan does.
+// by much; and a sum under 256 (the most frequent symbol raised). Each table
+// is checked against the frequencies worked out here, and the chunks against
+// the CPU's bytes, whether Tiles plans them (a self-planned call) or Plan
+// does.
 TEST_F(CudaCodec, NormalisedTablesAreTheCpuTablesWhicheverWayTheSumIsMet) {
   struct Case {
     std::vector<std::pair<uint32_t, uint32_t>> counts;  // exponent, elements
