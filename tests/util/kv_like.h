@@ -64,6 +64,20 @@ inline std::vector<uint8_t> E5m2WithExponents(const std::vector<std::pair<uint32
   return v;
 }
 
+// bf16 elements with these exponent counts ({exponent, count}), in a
+// shuffled order, their signs and mantissas varying.
+inline std::vector<uint8_t> Bf16WithExponents(const std::vector<std::pair<uint32_t, uint32_t>>& counts, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> values;
+  for (const auto& [e, n] : counts) {
+    for (uint32_t i = 0; i < n; ++i) values.push_back(static_cast<uint16_t>((rng() & 0x807fu) | (e & 255) << 7));
+  }
+  std::shuffle(values.begin(), values.end(), rng);
+  std::vector<uint8_t> v(2 * values.size());
+  std::memcpy(v.data(), values.data(), v.size());
+  return v;
+}
+
 // Peaked exponent counts (one exponent holds 99.5% and 94% of the values)
 // whose table refinement stops because the symbol of most gain is the donor
 // itself: at once (at frequency 255), and after one move (at 240). Where a
