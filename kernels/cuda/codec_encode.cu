@@ -1576,6 +1576,160 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
   p.stored = stored;
 }
 
+// A tile's full rounds in segments of 16 (TilesKernel, all but fused
+// chunks): what they read, and the state they carry on.
+struct SegmentsIn {
+  uint64_t begin;
+  uint32_t full, segs, lane, lt;
+  uint32_t C, back;  // channels, and 32 mod C (groups)
+  bool groups;
+  bool have_pre;  // pre: the lane's 16 elements of the last segment, loaded ahead (small instance)
+  uint4 pre[4];
+  uint16_t* words_end;
+};
+struct SegmentsState {
+  uint32_t x, emitted, unseen, chn;
+};
+
+// The Tiles kernel's shared memory, at namespace scope so that the rounds
+// of dtypes other than bf16 (CodeSegmentsOther, out of line) address it as
+// shared memory too.
+__shared__ uint4
+    tiles_tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
+__shared__ alignas(16) uint8_t tiles_map[kMaxGroupedChannels];
+__shared__ uint4 tiles_stage[kTilesPerBlock][2][32];
+
+// Full rounds, last to first, in segments of 16 rounds; the next segment's
+// 512 symbols load (one uint4 per lane) while this one is coded.
+template <typename E, bool kSmall>
+__device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsIn& a, SegmentsState& state) {
+  const uint32_t warp = threadIdx.x / 32;
+  const uint64_t begin = a.begin;
+  const uint32_t full = a.full, segs = a.segs, lane = a.lane, lt = a.lt, C = a.C, back = a.back;
+  const bool groups = a.groups, have_pre = a.have_pre;
+  uint16_t* const words_end = a.words_end;
+  const uint4* const tables = tiles_tables;
+  const uint2* const enc = reinterpret_cast<const uint2*>(tiles_tables);
+  const uint8_t* const map = tiles_map;
+  uint4(*const stage)[32] = tiles_stage[warp];
+  const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[0]);
+  const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[1]);
+  uint32_t &x = state.x, &emitted = state.emitted, &unseen = state.unseen, &chn = state.chn;
+  auto before = [&](uint32_t ch) { return ch >= back ? ch - back : ch + C - back; };  // a round earlier
+  auto step_back = [&] {
+    if (groups) chn = before(chn);
+  };
+  const uint4* const pre = a.pre;
+  // A lane loads 16 elements of the segment (their symbols are staged when
+  // the segment's turn comes, so no register waits on the load before that).
+  uint4 next[E::bytes];
+  if (kSmall && have_pre) {
+#pragma unroll
+    for (uint32_t k = 0; k < E::bytes; ++k) next[k] = pre[k];
+  } else if (segs > 0) {
+    LoadElems16<E>(p, begin + 512u * (segs - 1) + 16 * lane, next);
+  }
+  for (uint32_t sg = segs; sg-- > 0;) {
+    stage[sg & 1][lane] = SymbolsOf16<E>(next);
+    if (sg > 0) LoadElems16<E>(p, begin + 512u * (sg - 1) + 16 * lane, next);
+    __syncwarp();
+    const uint8_t* st = (sg & 1) ? st1 : st0;
+    const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
+    // Segments start at even rounds (r0), so an odd round's partner is in
+    // its segment; r1 may be odd (the partial last round was coded before).
+    if (groups) {
+      if (r1 - r0 == kStageRounds) {  // a whole segment: pairs of rounds, odd then even
+#pragma unroll 2
+        for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+          const uint32_t ch0 = before(chn);  // the even round's channel
+          const uint2 odd = enc[map[chn] * 256u + st[r * 32 + lane]];
+          const uint2 even = enc[map[ch0] * 256u + st[(r - 1) * 32 + lane]];
+          EncodeStep<true, false>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
+          EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+          chn = before(ch0);
+        }
+      } else {
+        // An odd round loads its even partner's entry too, for the round after.
+        uint2 even = make_uint2(0, 0);
+        for (uint32_t r = r1; r-- > r0;) {
+          if (r % 2 == 1) {
+            even = enc[map[before(chn)] * 256u + st[(r - 1 - r0) * 32 + lane]];
+            EncodeStep<true, false>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
+                                    lt, words_end, x, emitted);
+          } else {
+            if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded above
+            EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
+          }
+          step_back();
+        }
+      }
+    } else if (r1 - r0 == kStageRounds && !p.sampled) {
+      if constexpr (kSmall) {
+        uint4 en[kStageRounds];
+#pragma unroll
+        for (int r = 0; r < static_cast<int>(kStageRounds); ++r) en[r] = tables[st[r * 32 + lane]];
+        // The segment's words are put out after its rounds: each odd
+        // round keeps its word and whether it emits (bit k of nb), so that
+        // no ballot or store sits between the rounds; then the ballots,
+        // the places, and a store by every lane, one that emits nothing
+        // storing into a spare slot just past the states (a tile's words
+        // take at most half of their space, so none reaches it).
+        uint32_t w[kStageRounds / 2], nb = 0;
+#pragma unroll
+        for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+          const int k = (kStageRounds - 1 - r) / 2;
+          const uint32_t bound = (EntryFreq<true>(en[r]) * EntryFreq<true>(en[r - 1]) << 16) - 1u;
+          const bool need = x > bound;
+          asm("and.b32 %0, %1, 0xffff;" : "=r"(w[k]) : "r"(x));
+          nb |= need ? 1u << k : 0u;
+          x = need ? x >> 16 : x;
+          EncodeStep<false, true>(true, en[r], 0, lt, words_end, x, emitted);
+          EncodeStep<false, true>(true, en[r - 1], 0, lt, words_end, x, emitted);
+        }
+        unsigned m[kStageRounds / 2];
+#pragma unroll
+        for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) m[k] = __ballot_sync(0xffffffffu, (nb >> k) & 1);
+        const int32_t spare = static_cast<int32_t>(64 + lane) - static_cast<int32_t>(kScratch / 2);
+#pragma unroll
+        for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) {
+          emitted += __popc(m[k]);
+          const int32_t at = static_cast<int32_t>(__popc(m[k] & lt)) - static_cast<int32_t>(emitted);
+          words_end[(nb >> k) & 1 ? at : spare] = static_cast<uint16_t>(w[k]);
+        }
+      } else {
+#pragma unroll
+        for (int r = kStageRounds - 1; r >= 0; r -= 2) {
+          const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
+          EncodeStep<true, true>(true, odd, EntryFreq<true>(even), lt, words_end, x, emitted);
+          EncodeStep<false, true>(true, even, 0, lt, words_end, x, emitted);
+        }
+      }
+    } else {
+      for (uint32_t r = r1; r-- > r0;) {
+        const uint4 en = tables[st[(r - r0) * 32 + lane]];
+        unseen |= en.z;
+        const uint32_t f_even = r % 2 == 1 ? EntryFreq<true>(tables[st[(r - 1 - r0) * 32 + lane]]) : 0;
+        EncodeStepAt<true>(r, true, en, f_even, lt, words_end, x, emitted);
+      }
+    }
+  }
+}
+
+// The small instance's rounds of every dtype but bf16, out of line, so
+// that the kernel's own code holds bf16's only. A small call's Tiles warp
+// runs its path once, so its time depends on how much code it fetches:
+// with every dtype's rounds inline the small instance was 14328
+// instructions, and one 4 MiB bf16 encode took 19.8-20.6 us against
+// 19.2-19.6 with them out of line; fp16 and fp8 calls of 4 MiB pay
+// 1.4-1.6 us for the call (run 197, docs/performance.md).
+__device__ __noinline__ SegmentsState CodeSegmentsOther(const ChunkPlan p, const SegmentsIn a, SegmentsState state) {
+  WithElem(p.dtype, [&](auto el) {
+    using E = decltype(el);
+    if constexpr (!kIsBf16<E>) CodeSegments<E, true>(p, a, state);
+  });
+  return state;
+}
+
 // Two instances: kFused codes the fused chunks (ChunkPlan::fused) of a call
 // and nothing else, the other all other chunks. Each has the registers its
 // own loop needs; launched only where a call may hold fused chunks (see
@@ -1588,7 +1742,8 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
 // Measured on an H100: one 1 MiB bf16 encode 41.6-42.3 -> 39.5-39.7 us,
 // one 4 MiB 43.5-44.7 -> 41.7-43.8 us. Its blocks also plan self-planned
 // calls (SelfPlan). A small call's Place is not let start early: with
-// Place's blocks beside these, one 4 MiB encode took 0.4 us longer.
+// Place's blocks beside these, one 4 MiB encode took 0.4 us longer. Its
+// rounds of dtypes other than bf16 are out of line (CodeSegmentsOther).
 template <bool kFused, bool kSmall = false>
 __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     TilesKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
@@ -1601,7 +1756,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32 / (helped ? 2 : 1);
   const uint32_t coder_threads = 32 * warps;
   const uint32_t tile = blockIdx.x * warps + (warp < warps ? warp : warp - warps);
-  __shared__ uint4 tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
+  uint4* const tables = tiles_tables;
   // ExactEntry's reciprocals, staged while the kernel before finishes
   // (Create wrote them), past an order-0 table and SelfPlan's words; a
   // groups chunk's tables overwrite them, unread (after the barrier
@@ -1697,8 +1852,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   // directory leave room (Plan).
   if (st != kOk || p.stored || p.fused != kFused || blockIdx.x * warps >= p.tiles) return;
   uint2* enc = reinterpret_cast<uint2*>(tables);
-  __shared__ alignas(16) uint8_t map[kMaxGroupedChannels];
-  __shared__ uint4 stage[kTilesPerBlock][2][32];
+  uint8_t* const map = tiles_map;
+  uint4(*const stage)[2][32] = tiles_stage;
   // A fused chunk's kvsum64 keys, in the map's space (fused chunks have no map).
   static_assert(checksum::kWordsPerBlock * 8 <= kMaxGroupedChannels, "the keys fit the map's space");
   uint64_t* const key = reinterpret_cast<uint64_t*>(map);
@@ -1767,10 +1922,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     }
     step_back();
   }
-  // Full rounds, last to first, in segments of 16 rounds; the next segment's
-  // 512 symbols load (one uint4 per lane) while this one is coded.
-  const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[warp][0]);
-  const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[warp][1]);
+  // Full rounds (CodeSegments; fused chunks CodeFusedTile).
   const uint32_t segs = (full + kStageRounds - 1) / kStageRounds;
   if constexpr (kFused) {  // whole segments (MakePlan), at least one
     // The input stages and checksum sums in the order-0 table's unused
@@ -1796,102 +1948,26 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       unseen = CodeFusedTile<false>(p, begin, tile, segs, tables, stage[warp], in[warp], sums[warp], sd[warp], key,
                                     SumSlot(ws.sum, c, tile), pol, lt, words_end, x, emitted);
     }
-  } else WithElem(p.dtype, [&](auto el) {
-    using E = decltype(el);
-    // A lane loads 16 elements of the segment (their symbols are staged when
-    // the segment's turn comes, so no register waits on the load before that).
-    uint4 next[E::bytes];
-    if (kSmall && have_pre) {
+  } else {
+    SegmentsIn a{begin, full, segs, lane, lt, C, back, groups, kSmall && have_pre, {}, words_end};
+    if constexpr (kSmall) {
 #pragma unroll
-      for (uint32_t k = 0; k < E::bytes; ++k) next[k] = pre[k];
-    } else if (segs > 0) {
-      LoadElems16<E>(p, begin + 512u * (segs - 1) + 16 * lane, next);
+      for (uint32_t k = 0; k < 4; ++k) a.pre[k] = pre[k];
     }
-    for (uint32_t sg = segs; sg-- > 0;) {
-      stage[warp][sg & 1][lane] = SymbolsOf16<E>(next);
-      if (sg > 0) LoadElems16<E>(p, begin + 512u * (sg - 1) + 16 * lane, next);
-      __syncwarp();
-      const uint8_t* st = (sg & 1) ? st1 : st0;
-      const uint32_t r0 = sg * kStageRounds, r1 = min(full, r0 + kStageRounds);
-      // Segments start at even rounds (r0), so an odd round's partner is in
-      // its segment; r1 may be odd (the partial last round was coded above).
-      if (groups) {
-        if (r1 - r0 == kStageRounds) {  // a whole segment: pairs of rounds, odd then even
-#pragma unroll 2
-          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            const uint32_t ch0 = before(chn);  // the even round's channel
-            const uint2 odd = enc[map[chn] * 256u + st[r * 32 + lane]];
-            const uint2 even = enc[map[ch0] * 256u + st[(r - 1) * 32 + lane]];
-            EncodeStep<true, false>(true, StepEntry(odd), even.x & 0xffff, lt, words_end, x, emitted);
-            EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
-            chn = before(ch0);
-          }
-        } else {
-          // An odd round loads its even partner's entry too, for the round after.
-          uint2 even = make_uint2(0, 0);
-          for (uint32_t r = r1; r-- > r0;) {
-            if (r % 2 == 1) {
-              even = enc[map[before(chn)] * 256u + st[(r - 1 - r0) * 32 + lane]];
-              EncodeStep<true, false>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
-                                      lt, words_end, x, emitted);
-            } else {
-              if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded above
-              EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
-            }
-            step_back();
-          }
-        }
-      } else if (r1 - r0 == kStageRounds && !p.sampled) {
-        if constexpr (kSmall) {
-          uint4 en[kStageRounds];
-#pragma unroll
-          for (int r = 0; r < static_cast<int>(kStageRounds); ++r) en[r] = tables[st[r * 32 + lane]];
-          // The segment's words are put out after its rounds: each odd
-          // round keeps its word and whether it emits (bit k of nb), so that
-          // no ballot or store sits between the rounds; then the ballots,
-          // the places, and a store by every lane, one that emits nothing
-          // storing into a spare slot just past the states (a tile's words
-          // take at most half of their space, so none reaches it).
-          uint32_t w[kStageRounds / 2], nb = 0;
-#pragma unroll
-          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            const int k = (kStageRounds - 1 - r) / 2;
-            const uint32_t bound = (EntryFreq<true>(en[r]) * EntryFreq<true>(en[r - 1]) << 16) - 1u;
-            const bool need = x > bound;
-            asm("and.b32 %0, %1, 0xffff;" : "=r"(w[k]) : "r"(x));
-            nb |= need ? 1u << k : 0u;
-            x = need ? x >> 16 : x;
-            EncodeStep<false, true>(true, en[r], 0, lt, words_end, x, emitted);
-            EncodeStep<false, true>(true, en[r - 1], 0, lt, words_end, x, emitted);
-          }
-          unsigned m[kStageRounds / 2];
-#pragma unroll
-          for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) m[k] = __ballot_sync(0xffffffffu, (nb >> k) & 1);
-          const int32_t spare = static_cast<int32_t>(64 + lane) - static_cast<int32_t>(kScratch / 2);
-#pragma unroll
-          for (int k = 0; k < static_cast<int>(kStageRounds / 2); ++k) {
-            emitted += __popc(m[k]);
-            const int32_t at = static_cast<int32_t>(__popc(m[k] & lt)) - static_cast<int32_t>(emitted);
-            words_end[(nb >> k) & 1 ? at : spare] = static_cast<uint16_t>(w[k]);
-          }
-        } else {
-#pragma unroll
-          for (int r = kStageRounds - 1; r >= 0; r -= 2) {
-            const uint4 odd = tables[st[r * 32 + lane]], even = tables[st[(r - 1) * 32 + lane]];
-            EncodeStep<true, true>(true, odd, EntryFreq<true>(even), lt, words_end, x, emitted);
-            EncodeStep<false, true>(true, even, 0, lt, words_end, x, emitted);
-          }
-        }
+    SegmentsState state{x, emitted, unseen, chn};
+    if constexpr (kSmall) {
+      if (p.dtype == kBf16Dtype) {
+        CodeSegments<Bf16, true>(p, a, state);
       } else {
-        for (uint32_t r = r1; r-- > r0;) {
-          const uint4 en = tables[st[(r - r0) * 32 + lane]];
-          unseen |= en.z;
-          const uint32_t f_even = r % 2 == 1 ? EntryFreq<true>(tables[st[(r - 1 - r0) * 32 + lane]]) : 0;
-          EncodeStepAt<true>(r, true, en, f_even, lt, words_end, x, emitted);
-        }
+        state = CodeSegmentsOther(p, a, state);
       }
+    } else {
+      WithElem(p.dtype, [&](auto el) { CodeSegments<decltype(el), false>(p, a, state); });
     }
-  });
+    x = state.x;
+    emitted = state.emitted;
+    unseen = state.unseen;
+  }
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t packed = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
   const bool carries = tile < p.carry_tiles;
