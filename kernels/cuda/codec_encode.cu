@@ -1388,7 +1388,7 @@ __device__ __noinline__ void PackRawTile(const ChunkPlan* plan, uint64_t begin, 
 constexpr uint32_t kStageRounds = 16;  // symbols are staged through shared memory 16 rounds (512 B) at a time
 
 // A fused chunk's tile (ChunkPlan::fused: bf16, whole segments): the order-0
-// rounds of TilesKernel, and the raw plane and the kvsum64 that Split writes
+// rounds of CodeSegments, and the raw plane and the kvsum64 that Split writes
 // and sums for other chunks. Lane t takes the 16-byte pieces at 16t and 16t + 512 of each
 // segment's 1 KiB: pieces 2(sg % 4) and 2(sg % 4) + 1 of Kvsum64Pairs' layout
 // of the segment's checksum block (the tile starts on a block). The pieces
@@ -1657,7 +1657,7 @@ __device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsI
             EncodeStep<true, false>(true, StepEntry(enc[map[chn] * 256u + st[(r - r0) * 32 + lane]]), even.x & 0xffff,
                                     lt, words_end, x, emitted);
           } else {
-            if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded above
+            if (r + 1 == r1) even = enc[map[chn] * 256u + st[(r - r0) * 32 + lane]];  // its partner was coded before
             EncodeStep<false, false>(true, StepEntry(even), 0, lt, words_end, x, emitted);
           }
           step_back();
@@ -1738,7 +1738,7 @@ __device__ __noinline__ SegmentsState CodeSegmentsOther(const ChunkPlan p, const
 // WarpsPerTileBlock), where each scheduler has at most one warp, so that the
 // kernel takes as long as one warp's rounds. Its order-0 loop loads a
 // segment's 16 table entries before the segment's rounds, into registers
-// such calls can spare (126 against 64; they do not use the occupancy).
+// such calls can spare (156 against 64 now; they do not use the occupancy).
 // Measured on an H100: one 1 MiB bf16 encode 41.6-42.3 -> 39.5-39.7 us,
 // one 4 MiB 43.5-44.7 -> 41.7-43.8 us. Its blocks also plan self-planned
 // calls (SelfPlan). A small call's Place is not let start early: with
@@ -1967,6 +1967,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     x = state.x;
     emitted = state.emitted;
     unseen = state.unseen;
+    chn = state.chn;
   }
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t packed = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
