@@ -1576,6 +1576,12 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
   p.stored = stored;
 }
 
+// A lane's channel a round (32 elements) earlier, of C channels, back =
+// 32 mod C.
+__device__ __forceinline__ uint32_t ChannelBefore(uint32_t ch, uint32_t back, uint32_t C) {
+  return ch >= back ? ch - back : ch + C - back;
+}
+
 // A tile's full rounds in segments of 16 (TilesKernel, all but fused
 // chunks): what they read, and the state they carry on.
 struct SegmentsIn {
@@ -1615,7 +1621,7 @@ __device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsI
   const uint8_t* st0 = reinterpret_cast<const uint8_t*>(stage[0]);
   const uint8_t* st1 = reinterpret_cast<const uint8_t*>(stage[1]);
   uint32_t &x = state.x, &emitted = state.emitted, &unseen = state.unseen, &chn = state.chn;
-  auto before = [&](uint32_t ch) { return ch >= back ? ch - back : ch + C - back; };  // a round earlier
+  auto before = [&](uint32_t ch) { return ChannelBefore(ch, back, C); };
   auto step_back = [&] {
     if (groups) chn = before(chn);
   };
@@ -1901,7 +1907,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   // stepped back by 32 mod C per round.
   uint32_t chn = groups ? static_cast<uint32_t>((begin + 32ull * (rounds - 1) + lane) % C) : 0;
   const uint32_t back = groups ? 32 % C : 0;
-  auto before = [&](uint32_t ch) { return ch >= back ? ch - back : ch + C - back; };  // a round earlier
+  auto before = [&](uint32_t ch) { return ChannelBefore(ch, back, C); };
   auto step_back = [&] {
     if (groups) chn = before(chn);
   };
@@ -1967,7 +1973,6 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     x = state.x;
     emitted = state.emitted;
     unseen = state.unseen;
-    chn = state.chn;
   }
   const uint32_t coded = (128 + 2 * emitted + 3) & ~3u;
   const uint32_t packed = ((n + 7) / 8 * p.e.exp_bits + 3) & ~3u;
