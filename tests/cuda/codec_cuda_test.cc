@@ -725,7 +725,7 @@ TEST_F(CudaCodec, SmallCallsPlaceTilesFromWhatTheyReadAheadOrFromScratch) {
   // drawn from `lowest` up.
   auto put_bf16 = [&](std::vector<uint8_t>* bytes, size_t i, uint32_t lowest) {
     const uint32_t exponent = lowest + rng() % 64;
-    const uint32_t v = (rng() & 0x807fu) | exponent << 7;
+    const uint16_t v = testing::RandomBf16(rng, exponent);
     (*bytes)[2 * i] = static_cast<uint8_t>(v);
     (*bytes)[2 * i + 1] = static_cast<uint8_t>(v >> 8);
   };

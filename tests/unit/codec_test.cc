@@ -440,7 +440,7 @@ TEST(Codec, CodedTilesFollowTheFormatText) {
     std::vector<uint8_t> in(2 * n);
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t e = 120 + std::min<uint32_t>(rng() % 16, rng() % 16);  // skewed exponents
-      const uint16_t v = static_cast<uint16_t>((rng() & 0x807f) | e << 7);
+      const uint16_t v = testing::RandomBf16(rng, e);
       std::memcpy(&in[2 * i], &v, 2);
     }
     auto chunk = Encoded(EncodeOptions{}, in);

@@ -64,13 +64,18 @@ inline std::vector<uint8_t> E5m2WithExponents(const std::vector<std::pair<uint32
   return v;
 }
 
+// A bf16 value with this exponent, its sign and mantissa drawn from rng.
+inline uint16_t RandomBf16(std::mt19937& rng, uint32_t exponent) {
+  return static_cast<uint16_t>((rng() & 0x807fu) | (exponent & 255) << 7);
+}
+
 // bf16 elements with these exponent counts ({exponent, count}), in a
 // shuffled order, their signs and mantissas varying.
 inline std::vector<uint8_t> Bf16WithExponents(const std::vector<std::pair<uint32_t, uint32_t>>& counts, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint16_t> values;
   for (const auto& [e, n] : counts) {
-    for (uint32_t i = 0; i < n; ++i) values.push_back(static_cast<uint16_t>((rng() & 0x807fu) | (e & 255) << 7));
+    for (uint32_t i = 0; i < n; ++i) values.push_back(RandomBf16(rng, e));
   }
   std::shuffle(values.begin(), values.end(), rng);
   std::vector<uint8_t> v(2 * values.size());
