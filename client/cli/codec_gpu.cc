@@ -96,7 +96,9 @@ absl::StatusOr<size_t> GpuEncode(const codec::EncodeOptions& o, const uint8_t* i
   c.out_capacity = codec::MaxEncodedBytes(n);
   if (auto st = Cuda(cudaMemcpy(*din, in, n, cudaMemcpyHostToDevice), "copy"); !st.ok()) return st;
   if (auto st = Cuda(cudaMemcpy(*dchunk, &c, sizeof(c), cudaMemcpyHostToDevice), "copy"); !st.ok()) return st;
-  auto call = [&] { (void)(*enc)->EncodeAsync(*dchunk, 1, *dsize, *dstatus, nullptr, nullptr, c.channel_groups != 0); };
+  auto call = [&] {
+    (void)(*enc)->EncodeAsync(*dchunk, 1, *dsize, *dstatus, nullptr, nullptr, c.channel_groups != 0, false, c.dtype);
+  };
   call();
   if (auto st = Cuda(cudaDeviceSynchronize(), "encode"); !st.ok()) return st;
   int32_t status = 0;

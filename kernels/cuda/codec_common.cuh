@@ -41,8 +41,8 @@ __device__ __forceinline__ uint32_t ElemJoin(uint32_t symbol, uint32_t raw, uint
                                (raw & ((1u << mant_bits) - 1));
 }
 
-// Each dtype's layout (codes 1..6) as a compile-time type, for hot loops:
-// WithElem(dtype, f) calls f(ElemT<...>{}) for the chunk's dtype.
+// Each dtype's layout (codes 1..kDtypes) as a compile-time type, for hot
+// loops: ElemOf<code>, and WithElem(dtype, f), which calls f(ElemOf<dtype>{}).
 template <uint32_t kBytes, uint32_t kExp, uint32_t kMant, bool kOpaque>
 struct ElemT {
   static constexpr uint32_t bytes = kBytes, exp_bits = kExp, mant_bits = kMant;
@@ -54,6 +54,35 @@ struct ElemT {
     return ElemJoin(symbol, raw, kExp, kMant, kOpaque);
   }
 };
+constexpr uint32_t kDtypes = 6;
+template <uint32_t kDtype>
+struct ElemOfCode;
+template <>
+struct ElemOfCode<1> {
+  using T = ElemT<2, 8, 7, false>;  // bf16
+};
+template <>
+struct ElemOfCode<2> {
+  using T = ElemT<2, 5, 10, false>;  // fp16
+};
+template <>
+struct ElemOfCode<3> {
+  using T = ElemT<4, 8, 23, false>;  // fp32
+};
+template <>
+struct ElemOfCode<4> {
+  using T = ElemT<1, 4, 3, false>;  // fp8 e4m3
+};
+template <>
+struct ElemOfCode<5> {
+  using T = ElemT<1, 5, 2, false>;  // fp8 e5m2
+};
+template <>
+struct ElemOfCode<6> {
+  using T = ElemT<1, 8, 0, true>;  // opaque bytes
+};
+template <uint32_t kDtype>
+using ElemOf = typename ElemOfCode<kDtype>::T;
 
 // Asynchronous global -> shared copies (sm_80+): a lane copies 16 bytes, or
 // 4 bytes (zeros when !valid); no register waits on them.
@@ -89,8 +118,8 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-using Bf16 = ElemT<2, 8, 7, false>;
-constexpr uint32_t kBf16Dtype = 1;  // WithElem's code for Bf16
+constexpr uint32_t kBf16Dtype = 1;
+using Bf16 = ElemOf<kBf16Dtype>;
 template <typename E>
 constexpr bool kIsBf16 = E::bytes == 2 && E::raw_bits == 8;
 
@@ -99,22 +128,22 @@ template <typename F>
 __device__ __forceinline__ bool WithElem(uint32_t dtype, F&& f) {
   switch (dtype) {
     case 1:
-      f(ElemT<2, 8, 7, false>{});  // bf16
+      f(ElemOf<1>{});
       return true;
     case 2:
-      f(ElemT<2, 5, 10, false>{});  // fp16
+      f(ElemOf<2>{});
       return true;
     case 3:
-      f(ElemT<4, 8, 23, false>{});  // fp32
+      f(ElemOf<3>{});
       return true;
     case 4:
-      f(ElemT<1, 4, 3, false>{});  // fp8 e4m3
+      f(ElemOf<4>{});
       return true;
     case 5:
-      f(ElemT<1, 5, 2, false>{});  // fp8 e5m2
+      f(ElemOf<5>{});
       return true;
     case 6:
-      f(ElemT<1, 8, 0, true>{});  // opaque bytes
+      f(ElemOf<6>{});
       return true;
   }
   return false;

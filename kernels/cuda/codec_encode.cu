@@ -100,6 +100,7 @@ struct Workspace {
   uint32_t max_tiles;
   uint32_t groups;  // the call may group channels (Rank and Hist16 run)
   uint32_t one_pass_only;  // the call said every chunk is fused (no Tiles instance for the others)
+  uint32_t dtype;          // 0, or the dtype the call said every chunk has
   uint32_t self_plan;      // no Plan kernel: the small Tiles instance plans (SelfPlan)
   uint32_t reusing;        // a table-reuse call (which leaves the slots' tables as they are)
 };
@@ -172,6 +173,7 @@ __device__ int32_t MakePlan(const EncodeChunk& ch, const Workspace& ws, ChunkPla
   p.out = ch.out;
   if (p.grouping && !ws.groups) return kBadInput;  // the call said no chunk would group channels
   if (ws.one_pass_only && !p.fused) return kBadInput;  // nor take any path but the one-pass one
+  if (ws.dtype != 0 && p.dtype != ws.dtype) return kBadInput;  // nor be of another dtype
   return kOk;
 }
 
@@ -1527,7 +1529,8 @@ __device__ __forceinline__ void TilePlaneBlock(const ChunkPlan& p, int c, uint64
 // For a coded chunk (status kOk, not STORED by Split) sets p.tables and
 // p.stored and leaves the entries (freq | cum << 16) in words[0, 256); word
 // 256 carries the STORED decision. The block's coding warps call it (the
-// first coder_threads threads).
+// first coder_threads threads). kOnly: 0, or the chunk's dtype.
+template <uint32_t kOnly>
 __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p, const Workspace& ws, uint32_t* words,
                          uint32_t coder_threads) {
   uint32_t& stored = words[256];
@@ -1541,7 +1544,7 @@ __device__ void SelfPlan(const EncodeChunk& ch, int c, bool coded, ChunkPlan& p,
     for (int k = 0; k < 8; ++k) h[k] = ws.hist[c * 256ull + 8 * lane + k];
     uint32_t f[8];
     uint2 range;
-    WarpNormalize(h, f, nullptr, &range, plan::Refined(p.dtype) ? ws.log2q16 : nullptr);
+    WarpNormalize(h, f, nullptr, &range, plan::Refined(kOnly != 0 ? kOnly : p.dtype) ? ws.log2q16 : nullptr);
     WarpEncodeEntries(f, [words](uint32_t s, uint32_t e) { words[s] = e; });
     ChunkPlan q = p;
     q.tables = 1;
@@ -1588,8 +1591,8 @@ struct SegmentsIn {
   uint64_t begin;
   uint32_t full, segs, lane, lt;
   uint32_t C, back;  // channels, and 32 mod C (groups)
-  bool groups;
-  bool have_pre;  // pre: the lane's 16 elements of the last segment, loaded ahead (small instance)
+  bool groups, sampled;
+  bool have_pre;  // pre: the lane's 16 elements of the last segment, loaded ahead (self-planned)
   uint4 pre[4];
   uint16_t* words_end;
 };
@@ -1597,9 +1600,7 @@ struct SegmentsState {
   uint32_t x, emitted, unseen, chn;
 };
 
-// The Tiles kernel's shared memory, at namespace scope so that the rounds
-// of dtypes other than bf16 (CodeSegmentsOther, out of line) address it as
-// shared memory too.
+// The Tiles kernel's shared memory (CodeSegments reads it as well).
 __shared__ uint4
     tiles_tables[kMaxTables * 256 / 2];  // order-0: uint4 ExactEntry; groups: uint2 {freq | cum << 16, rcp}
 __shared__ alignas(16) uint8_t tiles_map[kMaxGroupedChannels];
@@ -1612,7 +1613,7 @@ __device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsI
   const uint32_t warp = threadIdx.x / 32;
   const uint64_t begin = a.begin;
   const uint32_t full = a.full, segs = a.segs, lane = a.lane, lt = a.lt, C = a.C, back = a.back;
-  const bool groups = a.groups, have_pre = a.have_pre;
+  const bool groups = a.groups, sampled = a.sampled, have_pre = a.have_pre;
   uint16_t* const words_end = a.words_end;
   const uint4* const tables = tiles_tables;
   const uint2* const enc = reinterpret_cast<const uint2*>(tiles_tables);
@@ -1669,7 +1670,7 @@ __device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsI
           step_back();
         }
       }
-    } else if (r1 - r0 == kStageRounds && !p.sampled) {
+    } else if (r1 - r0 == kStageRounds && !sampled) {
       if constexpr (kSmall) {
         uint4 en[kStageRounds];
 #pragma unroll
@@ -1721,21 +1722,6 @@ __device__ __forceinline__ void CodeSegments(const ChunkPlan& p, const SegmentsI
   }
 }
 
-// The small instance's rounds of every dtype but bf16, out of line, so
-// that the kernel's own code holds bf16's only. A small call's Tiles warp
-// runs its path once, so its time depends on how much code it fetches:
-// with every dtype's rounds inline the small instance was 14328
-// instructions, and one 4 MiB bf16 encode took 19.8-20.6 us against
-// 19.2-19.6 with them out of line; fp16 and fp8 calls of 4 MiB pay
-// 1.4-1.6 us for the call (run 197, docs/performance.md).
-__device__ __noinline__ SegmentsState CodeSegmentsOther(const ChunkPlan p, const SegmentsIn a, SegmentsState state) {
-  WithElem(p.dtype, [&](auto el) {
-    using E = decltype(el);
-    if constexpr (!kIsBf16<E>) CodeSegments<E, true>(p, a, state);
-  });
-  return state;
-}
-
 // Two instances: kFused codes the fused chunks (ChunkPlan::fused) of a call
 // and nothing else, the other all other chunks. Each has the registers its
 // own loop needs; launched only where a call may hold fused chunks (see
@@ -1748,17 +1734,26 @@ __device__ __noinline__ SegmentsState CodeSegmentsOther(const ChunkPlan p, const
 // Measured on an H100: one 1 MiB bf16 encode 41.6-42.3 -> 39.5-39.7 us,
 // one 4 MiB 43.5-44.7 -> 41.7-43.8 us. Its blocks also plan self-planned
 // calls (SelfPlan). A small call's Place is not let start early: with
-// Place's blocks beside these, one 4 MiB encode took 0.4 us longer. Its
-// rounds of dtypes other than bf16 are out of line (CodeSegmentsOther).
-template <bool kFused, bool kSmall = false>
+// Place's blocks beside these, one 4 MiB encode took 0.4 us longer.
+// The small instance comes in one build for each kind of call it serves,
+// each holding only the code that kind runs: kSelfPlan for self-planned
+// calls (Workspace::self_plan: order-0, nothing sampled, helper warps), and
+// kOnly, 0 or the dtype of every chunk of the call (EncodeAsync's promise).
+// A small call's Tiles warp runs its path once, so its time depends on how
+// much code it fetches. One 4 MiB bf16 encode on an H200 took 19.1 us with
+// bf16's rounds alone against 19.7-20.0 with every dtype's (run 202), then
+// 18.2-18.4 against 18.9-19.3 once self-planned calls had builds of their
+// own (6360 instructions against 8144; run 204; docs/performance.md).
+template <bool kFused, bool kSmall = false, uint32_t kOnly = 0, bool kSelfPlan = false>
 __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
     TilesKernel(const EncodeChunk* chunks, const int32_t* status, Workspace ws) {
+  static_assert(kSmall || (kOnly == 0 && !kSelfPlan), "only the small instance comes in builds for kinds of call");
   const int c = blockIdx.y;
   // The coding warps (WarpsPerTileBlock, at most kTilesPerBlock), a tile
   // each; in a self-planned call the small instance's blocks have as many
   // warps again after them, the helpers (TilePlaneBlock), which take no
   // part in the block's barriers (CodersSync).
-  const bool helped = kSmall && ws.self_plan;
+  constexpr bool helped = kSelfPlan;
   const uint32_t warp = threadIdx.x / 32, warps = blockDim.x / 32 / (helped ? 2 : 1);
   const uint32_t coder_threads = 32 * warps;
   const uint32_t tile = blockIdx.x * warps + (warp < warps ? warp : warp - warps);
@@ -1819,7 +1814,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   // again for a RAW tile rather than held through the rounds (registers).
   auto carry_of = [&](uint64_t begin, uint32_t n, uint32_t lane) -> uint32_t {
     if (tile >= p.carry_tiles) return 0;
-    if (kFused || (kSmall && p.plane_in_tiles)) return InputCarry(p, begin, n, lane);
+    if (kFused || (kSelfPlan && p.plane_in_tiles)) return InputCarry(p, begin, n, lane);
     return reinterpret_cast<const uint16_t*>(ws.carry + (static_cast<uint64_t>(c) * ws.max_tiles + tile) *
                                                             plan::kCarryBytes)[lane];
   };
@@ -1829,8 +1824,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   uint32_t carry0 = 0;
   uint4 pre[4];
   bool have_pre = false;
-  if constexpr (kSmall) {
-    if (ws.self_plan) {
+  if constexpr (kSelfPlan) {
+    {
       const bool coded = st == kOk && !p.stored;  // uniform for the block
       if (coded && tile < p.tiles && !p.fused) {
         const uint32_t lane = threadIdx.x % 32;
@@ -1850,7 +1845,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
       }
       // In the tables' space past table 0's entries (formed after these are read).
       uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
-      SelfPlan(chunks[c], c, coded, p, ws, words, coder_threads);
+      SelfPlan<kOnly>(chunks[c], c, coded, p, ws, words, coder_threads);
       planned = words;
     }
   }
@@ -1863,7 +1858,8 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   // A fused chunk's kvsum64 keys, in the map's space (fused chunks have no map).
   static_assert(checksum::kWordsPerBlock * 8 <= kMaxGroupedChannels, "the keys fit the map's space");
   uint64_t* const key = reinterpret_cast<uint64_t*>(map);
-  const bool groups = p.tables > 1;
+  const bool groups = !kSelfPlan && p.tables > 1;
+  const bool sampled = !kSelfPlan && p.sampled;
   if (kFused) {
     for (uint32_t k = threadIdx.x; k < checksum::kWordsPerBlock; k += coder_threads) key[k] = checksum::Key(k);
   }
@@ -1901,7 +1897,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   uint16_t* words_end = reinterpret_cast<uint16_t*>(scratch + kScratch);
   const uint32_t rounds = (n + 31) / 32, full = n / 32;
   const uint32_t lt = (1u << lane) - 1;
-  uint32_t x = kL | (kSmall && ws.self_plan ? carry0 : carry_of(begin, n, lane)), emitted = 0;
+  uint32_t x = kL | (kSelfPlan ? carry0 : carry_of(begin, n, lane)), emitted = 0;
   uint32_t unseen = 0;  // OR of M - f: bit kProbBits set where a sampled table lacks a symbol (f = 0)
   // Channel of this lane's element in round r: (begin + 32 r + lane) mod C,
   // stepped back by 32 mod C per round.
@@ -1955,20 +1951,16 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
                                     SumSlot(ws.sum, c, tile), pol, lt, words_end, x, emitted);
     }
   } else {
-    SegmentsIn a{begin, full, segs, lane, lt, C, back, groups, kSmall && have_pre, {}, words_end};
-    if constexpr (kSmall) {
+    SegmentsIn a{begin, full, segs, lane, lt, C, back, groups, sampled, have_pre, {}, words_end};
+    if constexpr (kSelfPlan) {
 #pragma unroll
       for (uint32_t k = 0; k < 4; ++k) a.pre[k] = pre[k];
     }
     SegmentsState state{x, emitted, unseen, chn};
-    if constexpr (kSmall) {
-      if (p.dtype == kBf16Dtype) {
-        CodeSegments<Bf16, true>(p, a, state);
-      } else {
-        state = CodeSegmentsOther(p, a, state);
-      }
+    if constexpr (kOnly != 0) {
+      CodeSegments<ElemOf<kOnly>, kSmall>(p, a, state);
     } else {
-      WithElem(p.dtype, [&](auto el) { CodeSegments<decltype(el), false>(p, a, state); });
+      WithElem(p.dtype, [&](auto el) { CodeSegments<decltype(el), kSmall>(p, a, state); });
     }
     x = state.x;
     emitted = state.emitted;
@@ -1980,7 +1972,7 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   const uint32_t raw = packed + (carries ? plan::kCarryBytes : 0);  // a RAW tile appends its carry
   // RAW when not smaller, or when a sampled table lacks one of the tile's
   // symbols (as the CPU; only order-0 tables are sampled).
-  if (coded >= raw || (p.sampled && __any_sync(0xffffffffu, (unseen & kM) != 0))) {
+  if (coded >= raw || (sampled && __any_sync(0xffffffffu, (unseen & kM) != 0))) {
     __syncwarp();
     const uint32_t groups = (n + 7) / 8;
     PackRawTile(&ws.plan[c], begin, groups, scratch);
@@ -2245,9 +2237,19 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t ma
   ws.max_tiles = max_tiles;
   ws.groups = 0;
   ws.one_pass_only = 0;
+  ws.dtype = 0;
   if (bytes != nullptr) *bytes = carve.used();
   return ws;
 }
+
+// The small Tiles instance of a call whose chunks are all of dtype d (0: any).
+using TilesFn = void (*)(const EncodeChunk*, const int32_t*, Workspace);
+template <bool kSelfPlan>
+const TilesFn kSmallTiles[kDtypes + 1] = {
+    TilesKernel<false, true, 0, kSelfPlan>, TilesKernel<false, true, 1, kSelfPlan>,
+    TilesKernel<false, true, 2, kSelfPlan>, TilesKernel<false, true, 3, kSelfPlan>,
+    TilesKernel<false, true, 4, kSelfPlan>, TilesKernel<false, true, 5, kSelfPlan>,
+    TilesKernel<false, true, 6, kSelfPlan>};
 
 // A call cut short leaves the sums that Rank, Plan and Place would have
 // zeroed: zero them, so that the next call starts clean.
@@ -2329,9 +2331,9 @@ Encoder::~Encoder() {
 size_t Encoder::graphs() const { return graphs_->size(); }
 
 cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t* sizes, int32_t* status,
-                                 cudaStream_t stream, const SplitPoint* split, bool channel_groups,
-                                 bool one_pass_only) {
-  if (count < 1 || count > max_chunks_) return cudaErrorInvalidValue;
+                                 cudaStream_t stream, const SplitPoint* split, bool channel_groups, bool one_pass_only,
+                                 uint8_t dtype) {
+  if (count < 1 || count > max_chunks_ || dtype > kDtypes) return cudaErrorInvalidValue;
   // Fused chunks are bf16 chunks of >= plan::kSampleMinElements elements.
   const bool fusable = max_chunk_bytes_ >= 2 * plan::kSampleMinElements;
   if (one_pass_only && (split != nullptr || channel_groups || !fusable)) return cudaErrorInvalidValue;
@@ -2339,6 +2341,7 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
   ws.estimate = split != nullptr ? split->estimates : nullptr;
   ws.groups = channel_groups ? 1 : 0;
   ws.one_pass_only = one_pass_only ? 1 : 0;
+  ws.dtype = dtype;
   ws.l2_bytes = l2_bytes_;
   const uint64_t split_2 =
       (max_chunk_bytes_ + 2 * kSplitWarps * checksum::kBlockBytes - 1) / (2 * kSplitWarps * checksum::kBlockBytes);
@@ -2388,8 +2391,10 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     }
     if (!one_pass_only) {
       // A self-planned call's blocks: a helper warp for each coding warp.
-      launch(Launch(small ? TilesKernel<false, true> : TilesKernel<false>, tile_grid,
-                    tile_warps * 32 * (ws.self_plan ? 2 : 1), 0, s, chunks, status, ws));
+      launch(Launch(!small         ? TilesKernel<false>
+                    : ws.self_plan ? kSmallTiles<true>[dtype]
+                                   : kSmallTiles<false>[dtype],
+                    tile_grid, tile_warps * 32 * (ws.self_plan ? 2 : 1), 0, s, chunks, status, ws));
     }
     if (fusable) {
       launch(Launch(TilesKernel<true>, tile_grid, tile_warps * 32, 0, s, chunks, status, ws));
@@ -2400,7 +2405,8 @@ cudaError_t Encoder::EncodeAsync(const EncodeChunk* chunks, int count, uint64_t*
     return cudaGetLastError();
   };
   // (ws.estimate and `planned` are all a split point changes.)
-  const uint64_t flags = (channel_groups ? 1u : 0u) | (one_pass_only ? 2u : 0u) | (planned != nullptr ? 4u : 0u);
+  const uint64_t flags =
+      (channel_groups ? 1u : 0u) | (one_pass_only ? 2u : 0u) | (planned != nullptr ? 4u : 0u) | uint64_t{dtype} << 3;
   const CallGraphs::Key key = {2 | flags << 8,
                                reinterpret_cast<uintptr_t>(chunks),
                                static_cast<uint64_t>(count),

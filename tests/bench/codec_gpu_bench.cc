@@ -9,10 +9,11 @@
 //   codec_gpu_bench [--kv_dir=DIR] [--reps=21] [--quick] [--dtype=D] [--call=C] [--mode=M] [--queued]
 //                   [--no_promise] [--hold_mib=N]
 //
-// Order-0 calls whose chunks all take the encoder's one-pass path (bf16 of
-// at least plan::kSampleMinElements elements: 32 MiB and up) say so
-// (EncodeAsync's one_pass_only), as a caller that knows its chunks would;
-// --no_promise times them without it.
+// Calls say what a caller that knows its chunks would: their dtype
+// (EncodeAsync's dtype), and, order-0 calls whose chunks all take the
+// encoder's one-pass path (bf16 of at least plan::kSampleMinElements
+// elements: 32 MiB and up), that they do (one_pass_only); --no_promise times
+// them without either.
 //
 // Modes: order-0, kv-aware, and reuse (bf16): each chunk coded with the
 // order-0 table the encoder chose for other data in an earlier call
@@ -361,8 +362,8 @@ int Run(int argc, char** argv) {
           if (reuse) {
             CHECK_CUDA((*enc)->EncodeReusingTablesAsync(args, sh.chunks, sizes, st, stream));
           } else {
-            CHECK_CUDA(
-                (*enc)->EncodeAsync(args, sh.chunks, sizes, st, stream, nullptr, /*channel_groups=*/kv, one_pass));
+            CHECK_CUDA((*enc)->EncodeAsync(args, sh.chunks, sizes, st, stream, nullptr, /*channel_groups=*/kv, one_pass,
+                                           promise ? static_cast<uint8_t>(src.dtype) : 0));
           }
         };
         auto encode = [&](int s) {

@@ -517,11 +517,12 @@ struct EncodeCase {
 // calls > 1: the same call again on the same encoder (outputs cleared in
 // between); the last call's results. On `enc` when given (so that calls can
 // follow each other on it), else on an encoder made for the cases. reuse:
-// EncodeReusingTablesAsync instead of EncodeAsync; one_pass_only: passed on.
+// EncodeReusingTablesAsync instead of EncodeAsync; one_pass_only and
+// dtype: passed on.
 void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* status,
                  std::vector<std::vector<uint8_t>>* chunks, std::vector<uint64_t>* estimates = nullptr,
                  bool channel_groups = true, int calls = 1, cuda::Encoder* enc = nullptr, bool reuse = false,
-                 bool one_pass_only = false) {
+                 bool one_pass_only = false, uint8_t dtype = 0) {
   std::unique_ptr<cuda::Encoder> made;
   if (enc == nullptr) {
     uint64_t max_in = 1;
@@ -572,7 +573,7 @@ void EncodeOnGpu(const std::vector<EncodeCase>& cases, std::vector<int32_t>* sta
       CUDA_OK(enc->EncodeReusingTablesAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr));
     } else {
       CUDA_OK(enc->EncodeAsync(dchunks, static_cast<int>(host.size()), dsizes, dstatus, nullptr,
-                               estimates ? &split : nullptr, channel_groups, one_pass_only));
+                               estimates ? &split : nullptr, channel_groups, one_pass_only, dtype));
     }
   }
   if (estimates) {
@@ -1041,6 +1042,65 @@ TEST_F(CudaCodec, OnePassOnlyCallsCodeTheirChunksAndRefuseOthers) {
   EXPECT_EQ((*large)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, &split, false, true), cudaErrorInvalidValue);
   EXPECT_EQ((*large)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, nullptr, true, true), cudaErrorInvalidValue);
   EXPECT_EQ((*small)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, nullptr, false, true), cudaErrorInvalidValue);
+}
+
+// A call that promises one dtype (EncodeAsync's dtype) runs, when small, a
+// Tiles kernel that holds that dtype's code alone: for every dtype its
+// chunks are the CPU's bytes, self-planned (order-0) or planned with
+// channel groups, sizes of one tile and more, STORED ones included, call
+// after call; a chunk of another dtype in such a call fails with kBadInput
+// while the others are coded; a code past the last dtype is refused.
+TEST_F(CudaCodec, OneDtypeCallsCodeTheirChunksAndRefuseOthers) {
+  const DType all[] = {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3, DType::kFP8E5M2, DType::kBytes};
+  std::mt19937 rng(71);
+  for (DType d : all) {
+    std::vector<EncodeCase> cases;  // few chunks of few tiles: a small call
+    for (size_t n : {size_t{0}, size_t{7}, size_t{1001}, kMaxTileSymbols + 1, size_t{100001}}) {
+      EncodeCase cs;
+      cs.options.dtype = d;
+      cs.input = KvLike(d, n, 128, static_cast<uint32_t>(n) + 70);
+      cs.out_skew = static_cast<uint32_t>(n % 3);
+      cases.push_back(std::move(cs));
+    }
+    EncodeCase grouped;  // channel groups where the call allows them
+    grouped.options.dtype = d;
+    grouped.options.layout = {0, 8, 128};
+    grouped.input = KvLike(d, 60000, 1024, 77);
+    cases.push_back(grouped);
+    EncodeCase random;  // does not shrink: STORED
+    random.options.dtype = d;
+    random.input.resize(60000);
+    for (auto& v : random.input) v = static_cast<uint8_t>(rng());
+    cases.push_back(random);
+    for (bool groups : {false, true}) {
+      std::vector<EncodeCase> call = cases;
+      if (!groups) call[5].options.channel_groups = false;  // the call promises none
+      std::vector<int32_t> status;
+      std::vector<std::vector<uint8_t>> gpu;
+      EncodeOnGpu(call, &status, &gpu, nullptr, groups, /*calls=*/2, nullptr, false, false, static_cast<uint8_t>(d));
+      ASSERT_NO_FATAL_FAILURE(ExpectTheCpuBytesDecodingBitExact(
+          call, status, gpu, std::string(DTypeName(d)) + (groups ? " with groups" : " order-0")));
+    }
+  }
+  std::vector<EncodeCase> mixed(3);
+  mixed[0].input = KvLike(DType::kBF16, 50000, 128, 80);
+  mixed[1].options.dtype = DType::kFP16;
+  mixed[1].input = KvLike(DType::kFP16, 50000, 128, 81);
+  mixed[2].input = KvLike(DType::kBF16, 70001, 128, 82);
+  std::vector<int32_t> status;
+  std::vector<std::vector<uint8_t>> gpu;
+  EncodeOnGpu(mixed, &status, &gpu, nullptr, false, 1, nullptr, false, false, static_cast<uint8_t>(DType::kBF16));
+  EXPECT_EQ(status[1], cuda::kBadInput);
+  for (size_t k : {0, 2}) {
+    ASSERT_EQ(status[k], 0) << "case " << k << ": " << cuda::ToStatus(status[k]);
+    const auto cpu = EncodeCpu(mixed[k].options, mixed[k].input);
+    EXPECT_TRUE(gpu[k] == cpu) << "case " << k << ": " << FirstDifference(gpu[k], cpu);
+  }
+  auto enc = cuda::Encoder::Create(1, 4096);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  EXPECT_EQ((*enc)->EncodeAsync(nullptr, 1, nullptr, nullptr, nullptr, nullptr, true, false,
+                                static_cast<uint8_t>(DType::kBytes) + 1),
+            cudaErrorInvalidValue);
 }
 
 // Table reuse: chunk k of a reuse call is coded with the order-0 table that

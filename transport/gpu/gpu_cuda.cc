@@ -222,7 +222,7 @@ struct ChunkWorker::Impl {
              "copy chunk descriptor");
     codec::cuda::SplitPoint sp{planned, &ctl->estimate};
     KVF_CUDA(encoder->EncodeAsync(&ctl->encode, 1, &ctl->size, &ctl->status, stream, split ? &sp : nullptr,
-                                  host->encode.channel_groups != 0),
+                                  host->encode.channel_groups != 0, false, host->encode.dtype),
              "encode launch");
     return absl::OkStatus();
   }
