@@ -1825,29 +1825,27 @@ __global__ void __launch_bounds__(kTilesPerBlock * 32, kSmall ? 1 : 4)
   uint4 pre[4];
   bool have_pre = false;
   if constexpr (kSelfPlan) {
-    {
-      const bool coded = st == kOk && !p.stored;  // uniform for the block
-      if (coded && tile < p.tiles && !p.fused) {
-        const uint32_t lane = threadIdx.x % 32;
-        const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
-        const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
-        const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
-        carry0 = carry_of(begin, n, lane);
-        const uint64_t e = begin + 512ull * (segs - 1) + 16 * lane;
-        if (segs > 0 && e + 16 <= p.n) {
-          const uint4* src = reinterpret_cast<const uint4*>(p.in.At(e * p.e.bytes));
+    const bool coded = st == kOk && !p.stored;  // uniform for the block
+    if (coded && tile < p.tiles && !p.fused) {
+      const uint32_t lane = threadIdx.x % 32;
+      const uint64_t begin = static_cast<uint64_t>(tile) << p.tile_log2;
+      const uint32_t n = static_cast<uint32_t>(min(uint64_t{1} << p.tile_log2, p.n - begin));
+      const uint32_t segs = (n / 32 + kStageRounds - 1) / kStageRounds;
+      carry0 = carry_of(begin, n, lane);
+      const uint64_t e = begin + 512ull * (segs - 1) + 16 * lane;
+      if (segs > 0 && e + 16 <= p.n) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.in.At(e * p.e.bytes));
 #pragma unroll
-          for (uint32_t k = 0; k < 4; ++k) {
-            if (k < p.e.bytes) pre[k] = src[k];
-          }
-          have_pre = true;
+        for (uint32_t k = 0; k < 4; ++k) {
+          if (k < p.e.bytes) pre[k] = src[k];
         }
+        have_pre = true;
       }
-      // In the tables' space past table 0's entries (formed after these are read).
-      uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
-      SelfPlan<kOnly>(chunks[c], c, coded, p, ws, words, coder_threads);
-      planned = words;
     }
+    // In the tables' space past table 0's entries (formed after these are read).
+    uint32_t* const words = reinterpret_cast<uint32_t*>(tables + 256);
+    SelfPlan<kOnly>(chunks[c], c, coded, p, ws, words, coder_threads);
+    planned = words;
   }
   // A fused chunk is never STORED before Tiles: its raw plane (n bytes) and
   // directory leave room (Plan).
@@ -2242,7 +2240,8 @@ Workspace Carve(void* workspace, int max_chunks, uint32_t max_tiles, uint64_t ma
   return ws;
 }
 
-// The small Tiles instance of a call whose chunks are all of dtype d (0: any).
+// The small Tiles builds: kSmallTiles<self-planned>[d] for a call whose
+// chunks are all of dtype d (0: any).
 using TilesFn = void (*)(const EncodeChunk*, const int32_t*, Workspace);
 template <bool kSelfPlan>
 const TilesFn kSmallTiles[kDtypes + 1] = {
